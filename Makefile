@@ -1,0 +1,42 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Both install what they need.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+PY     := $(BIN)/python
+# The CPU build of torch lies on disk for pip; name it exactly so pip never pulls a CUDA build.
+TORCH_PIN ?= torch==2.13.0
+PACKAGES := -e ".[dev,torch]" -e services/kernel-service $(foreach r,$(wildcard runners/*-runner),-e $(r))
+STAMP  := $(VENV)/.installed
+
+.PHONY: install test test-gpu lint typecheck demo bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml services/kernel-service/pyproject.toml $(wildcard runners/*-runner/pyproject.toml)
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q $(TORCH_PIN)
+	$(PY) -m pip install -q $(PACKAGES)
+	touch $(STAMP)
+
+test: install
+	$(BIN)/pytest -m "not gpu" -q
+
+test-gpu: install
+	$(BIN)/pytest -m gpu -q
+
+lint: install
+	$(BIN)/ruff check src services runners tests bench
+	$(BIN)/ruff format --check src services runners tests bench
+
+typecheck: install
+	$(BIN)/mypy src services/kernel-service/src
+
+demo: install
+	$(PY) -m benchmark_runner.demo
+
+bench: install
+	$(PY) bench/framework_overhead.py
+
+clean:
+	rm -rf $(VENV) runs build
