@@ -7,6 +7,7 @@ user sees *why* the service refused.
 
 from __future__ import annotations
 
+import math
 import os
 from types import TracebackType
 from typing import Any
@@ -18,6 +19,8 @@ SERVICE_URL_ENV = "BENCHMARK_SERVICE_URL"
 SERVICE_API_KEY_ENV = "BENCHMARK_SERVICE_API_KEY"
 API_KEY_HEADER = "X-API-Key"
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
+#: Cap on a server-sent Retry-After, so a misconfigured server cannot stall a run for hours.
+MAX_RETRY_AFTER_S = 60.0
 
 
 class ServiceError(RuntimeError):
@@ -34,6 +37,15 @@ def _error_body(response: httpx.Response) -> Any:
         return response.json()
     except ValueError:
         return response.text[:2000]
+
+
+def _retry_after_s(value: str) -> float | None:
+    """A ``Retry-After`` in seconds, capped; ``None`` if absent or not a number (HTTP dates: backoff)."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER_S) if math.isfinite(seconds) else None
 
 
 class ServiceClient:
@@ -54,11 +66,16 @@ class ServiceClient:
         self.retries = retries
         self.backoff = backoff
         self._http = httpx.AsyncClient(
-            base_url=self.base_url, headers=headers, timeout=httpx.Timeout(timeout, connect=10.0), transport=transport
+            base_url=self.base_url,
+            headers=headers,
+            timeout=httpx.Timeout(timeout, connect=10.0),
+            transport=transport,
         )
 
     @classmethod
-    def from_env(cls, base_url: str | None = None, api_key: str | None = None, **kwargs: Any) -> ServiceClient:
+    def from_env(
+        cls, base_url: str | None = None, api_key: str | None = None, **kwargs: Any
+    ) -> ServiceClient:
         url = base_url or os.environ.get(SERVICE_URL_ENV)
         if not url:
             raise ServiceError(f"no service URL: pass --service-url or set {SERVICE_URL_ENV}")
@@ -77,19 +94,21 @@ class ServiceClient:
 
     async def request(self, method: str, path: str, json: Any = None) -> Any:
         last: str = ""
+        delay: float | None = None
         for attempt in range(self.retries + 1):
             if attempt:
-                await anyio.sleep(self.backoff * 2 ** (attempt - 1))
+                # The server's Retry-After, when it sent one, replaces (not adds to) the backoff.
+                await anyio.sleep(delay if delay is not None else self.backoff * 2 ** (attempt - 1))
+            delay = None
             try:
                 response = await self._http.request(method, path, json=json)
             except httpx.TransportError as exc:
-                last = f"{type(exc).__name__}: {exc}"
+                last = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
                 continue
             if response.status_code in RETRY_STATUS:
                 last = f"HTTP {response.status_code}: {_error_body(response)}"
-                retry_after = response.headers.get("Retry-After")
-                if retry_after and retry_after.isdigit():
-                    await anyio.sleep(min(float(retry_after), 60.0))
+                retry_after = response.headers.get("Retry-After", "").strip()
+                delay = _retry_after_s(retry_after)
                 continue
             if response.status_code >= 400:
                 body = _error_body(response)
@@ -98,7 +117,15 @@ class ServiceClient:
                     status_code=response.status_code,
                     body=body,
                 )
-            return response.json()
+            try:
+                return response.json()
+            except ValueError as exc:
+                raise ServiceError(
+                    f"{method} {self.base_url}{path} answered HTTP {response.status_code} with non-JSON: "
+                    f"{response.text[:500]!r}",
+                    status_code=response.status_code,
+                    body=response.text[:2000],
+                ) from exc
         raise ServiceError(f"{method} {self.base_url}{path} failed after {self.retries + 1} attempts: {last}")
 
     async def post(self, path: str, body: Any) -> Any:

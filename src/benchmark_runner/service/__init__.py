@@ -1,5 +1,16 @@
 """Service-side framework: a ``BenchmarkService`` plus ``make_app`` gives a benchmark its HTTP API."""
 
+from .app import ConfigError, HTTPError, ServiceConfig, make_app
 from .base import BenchmarkService
+from .server import RunningServer, serve, start_server
 
-__all__ = ["BenchmarkService"]
+__all__ = [
+    "BenchmarkService",
+    "ConfigError",
+    "HTTPError",
+    "RunningServer",
+    "ServiceConfig",
+    "make_app",
+    "serve",
+    "start_server",
+]

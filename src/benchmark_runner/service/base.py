@@ -29,10 +29,10 @@ class BenchmarkService(ABC):
     evaluate_request_model: ClassVar[type[BaseModel]] = EvaluateRequest
     evaluate_response_model: ClassVar[type[BaseModel]] = EvalResultData
 
-    async def startup(self) -> None:
+    async def startup(self) -> None:  # noqa: B027 (optional hook)
         """Called once before the first request (start worker pools here)."""
 
-    async def shutdown(self) -> None:
+    async def shutdown(self) -> None:  # noqa: B027 (optional hook)
         """Called once when the server stops."""
 
     @abstractmethod

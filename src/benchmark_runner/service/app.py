@@ -1,0 +1,475 @@
+"""Turn a :class:`BenchmarkService` into a FastAPI app: auth, tenant allowlist, body limit, routes.
+
+Request bodies are parsed by hand (not by FastAPI's signature magic) so the order of checks is
+explicit and the same on every route: body size (413) -> API key (401) -> JSON + schema (422) ->
+dataset allowlist (403) -> the service. Every error answers JSON ``{"detail": ...}`` that says what
+was wrong, so a runner's ``ServiceError`` shows the user *why* a request was refused; an exception
+inside the service becomes a 500 naming its type and message instead of a dropped connection.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field, ValidationError, model_validator
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..client import API_KEY_HEADER
+from ..schemas import (
+    LegacyEvaluateRequest,
+    LegacyEvaluateResponse,
+    LegacyScoreRequest,
+    LegacyScoreResponse,
+    ScoreRequest,
+    ScoreResult,
+    StrictModel,
+    TaskList,
+)
+from .base import BenchmarkService
+
+logger = logging.getLogger(__name__)
+
+M = TypeVar("M", bound=BaseModel)
+
+#: Allowlist entry granting a tenant every dataset.
+ALL_DATASETS = "*"
+
+
+class ConfigError(ValueError):
+    """A service configuration file is missing, unreadable or malformed."""
+
+
+class HTTPError(Exception):
+    """Raised inside route handlers; becomes ``{"detail": detail}`` with ``status_code``."""
+
+    def __init__(
+        self,
+        status_code: int,
+        detail: Any,
+        headers: dict[str, str] | None = None,
+        errors: list[dict[str, Any]] | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.status_code = status_code
+        self.detail = detail
+        self.headers = headers
+        self.errors = errors  # structured per-field errors of a 422
+
+
+class ServiceConfig(StrictModel):
+    """Who may call the service and with what. ``None`` disables a check (local/dev use)."""
+
+    api_keys: dict[str, str] | None = Field(default=None, description="API key -> tenant name")
+    allowlist: dict[str, list[str]] | None = Field(
+        default=None, description=f"tenant -> dataset names it may use ({ALL_DATASETS!r}: all)"
+    )
+    max_body_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
+
+    @model_validator(mode="after")
+    def _allowlist_needs_tenants(self) -> ServiceConfig:
+        # Without API keys no request has a tenant, so an allowlist could only deny everything.
+        if self.allowlist is not None and self.api_keys is None:
+            raise ValueError("allowlist: gating datasets per tenant needs api_keys to identify tenants")
+        return self
+
+    @classmethod
+    def from_files(
+        cls, api_keys_file: Path | None, allowlist_file: Path | None, **kwargs: Any
+    ) -> ServiceConfig:
+        """Read the YAML files.
+
+        ``api_keys_file``: ``{tenant: key}`` or ``{tenant: [key, ...]}``.
+        ``allowlist_file``: ``{tenants: {tenant: [dataset, ...]}}`` (``"*"`` grants all datasets).
+        """
+        api_keys = _read_api_keys(Path(api_keys_file)) if api_keys_file is not None else None
+        allowlist = _read_allowlist(Path(allowlist_file)) if allowlist_file is not None else None
+        try:
+            return cls(api_keys=api_keys, allowlist=allowlist, **kwargs)
+        except ValidationError as exc:
+            raise ConfigError(f"invalid service config: {_describe(exc)}") from exc
+
+    def tenant_for(self, key: str | None) -> str | None:
+        if self.api_keys is None or key is None:
+            return None
+        return self.api_keys.get(key)
+
+    def allows(self, tenant: str | None, dataset: str) -> bool:
+        if self.allowlist is None:
+            return True
+        granted = self.allowlist.get(tenant or "", [])
+        return ALL_DATASETS in granted or dataset in granted
+
+
+def _load_yaml(path: Path) -> Any:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+
+
+def _read_api_keys(path: Path) -> dict[str, str]:
+    data = _load_yaml(path)
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"{path}: expected a mapping tenant -> key (or list of keys), got {type(data).__name__}"
+        )
+    keys: dict[str, str] = {}
+    for tenant, value in data.items():
+        values = value if isinstance(value, list) else [value]
+        if not values:
+            raise ConfigError(
+                f"{path}: tenant {tenant!r}: expected a key or a non-empty list of keys, got []"
+            )
+        for key in values:
+            if not isinstance(key, str) or not key.strip():
+                raise ConfigError(f"{path}: tenant {tenant!r}: expected a non-empty string key, got {key!r}")
+            if key in keys and keys[key] != str(tenant):
+                raise ConfigError(f"{path}: tenant {tenant!r}: key already belongs to tenant {keys[key]!r}")
+            keys[key] = str(tenant)
+    return keys
+
+
+def _read_allowlist(path: Path) -> dict[str, list[str]]:
+    data = _load_yaml(path)
+    if not isinstance(data, dict) or "tenants" not in data:
+        raise ConfigError(
+            f"{path}: expected a mapping with a 'tenants' key: {{tenants: {{tenant: [dataset, ...]}}}}"
+        )
+    unknown = set(data) - {"tenants"}
+    if unknown:
+        raise ConfigError(f"{path}: unknown top-level field(s) {sorted(unknown)}; expected only 'tenants'")
+    tenants = data["tenants"]
+    if tenants is None:
+        return {}
+    if not isinstance(tenants, dict):
+        raise ConfigError(
+            f"{path}: tenants: expected a mapping tenant -> [dataset, ...], got {type(tenants).__name__}"
+        )
+    allow: dict[str, list[str]] = {}
+    for tenant, datasets in tenants.items():
+        if datasets is None:
+            datasets = []
+        if isinstance(datasets, str):
+            datasets = [datasets]
+        if not isinstance(datasets, list) or not all(isinstance(d, str) and d for d in datasets):
+            raise ConfigError(f"{path}: tenants.{tenant}: expected a list of dataset names, got {datasets!r}")
+        allow[str(tenant)] = list(datasets)
+    return allow
+
+
+# ---- errors -----------------------------------------------------------------------------------
+
+
+def _describe(exc: ValidationError | RequestValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "<body>"
+        parts.append(f"{loc}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts)
+
+
+def _error_list(exc: ValidationError | RequestValidationError) -> list[dict[str, Any]]:
+    out = []
+    for err in exc.errors():
+        item: dict[str, Any] = {
+            "field": ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "<body>",
+            "message": err.get("msg", "invalid"),
+            "type": err.get("type", ""),
+        }
+        got = repr(err.get("input"))
+        item["got"] = got if len(got) <= 200 else got[:197] + "..."
+        out.append(item)
+    return out
+
+
+def _json_error(
+    status_code: int, detail: Any, headers: dict[str, str] | None = None, **extra: Any
+) -> JSONResponse:
+    return JSONResponse({"detail": detail, **extra}, status_code=status_code, headers=headers)
+
+
+# ---- body size limit --------------------------------------------------------------------------
+
+
+class BodyLimitMiddleware:
+    """Refuse bodies over ``max_bytes`` with 413, by Content-Length and by bytes actually received.
+
+    The body is read (up to the limit) before the app sees it, so nothing parses an oversized body
+    and a client that lies in Content-Length or streams chunked data is still cut off.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", []):
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    await self._reject(scope, receive, send, 400, "Content-Length is not an integer")
+                    return
+                if declared > self.max_bytes:
+                    await self._too_large(scope, receive, send, f"Content-Length {declared}")
+                    return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # client went away
+                await self.app(scope, _replay([message], receive), send)
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                await self._too_large(scope, receive, send, f"more than {self.max_bytes} bytes received")
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        await self.app(
+            scope, _replay([{"type": "http.request", "body": body, "more_body": False}], receive), send
+        )
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send, what: str) -> None:
+        detail = f"request body too large: {what}; the limit is {self.max_bytes} bytes"
+        await self._reject(scope, receive, send, 413, detail)
+
+    @staticmethod
+    async def _reject(scope: Scope, receive: Receive, send: Send, status: int, detail: str) -> None:
+        # Connection: close, since the unread rest of the body makes the connection unusable.
+        response = _json_error(status, detail, headers={"Connection": "close"})
+        await response(scope, receive, send)
+
+
+def _replay(messages: list[Message], receive: Receive) -> Receive:
+    pending = list(messages)
+
+    async def replay() -> Message:
+        if pending:
+            return pending.pop(0)
+        return await receive()
+
+    return replay
+
+
+# ---- the app ----------------------------------------------------------------------------------
+
+
+async def _parse(request: Request, model: type[M]) -> M:
+    raw = await request.body()
+    if not raw:
+        raise HTTPError(422, f"request body is empty; expected a JSON object matching {model.__name__}")
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise HTTPError(422, f"request body is not valid JSON: {exc}") from exc
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise HTTPError(422, f"invalid {model.__name__}: {_describe(exc)}", errors=_error_list(exc)) from exc
+
+
+async def _call(what: str, fn: Callable[[], Awaitable[Any]]) -> Any:
+    """Run a service hook: NotImplementedError -> 501, any other exception -> 500 naming it.
+
+    A service that wants another status raises ``fastapi.HTTPException`` (or ``HTTPError``).
+    """
+    try:
+        return await fn()
+    except (HTTPError, StarletteHTTPException):  # the service chose the status itself
+        raise
+    except NotImplementedError as exc:
+        raise HTTPError(501, f"this service does not implement {what}") from exc
+    except Exception as exc:
+        logger.exception("service %s failed", what)
+        raise HTTPError(500, {"type": type(exc).__name__, "message": str(exc), "where": what}) from exc
+
+
+def _conform(value: Any, model: type[M], what: str) -> M:
+    """Validate what the service returned; a wrong shape is the service's bug, hence a 500."""
+    try:
+        if isinstance(value, model):
+            return value
+        data = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise HTTPError(
+            500,
+            {
+                "type": "InvalidServiceResponse",
+                "message": f"{what} returned data that is not a valid {model.__name__}: {_describe(exc)}",
+                "where": what,
+            },
+        ) from exc
+
+
+def make_app(service: BenchmarkService, config: ServiceConfig | None = None) -> FastAPI:
+    """The HTTP API of ``service``: ``/v1/evaluate``, ``/v1/score``, ``/v1/datasets/{name}/tasks``,
+    the legacy ``/evaluate-response/`` and ``/final-score/``, and ``/healthz``."""
+    cfg = config or ServiceConfig()
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        await service.startup()
+        try:
+            yield
+        finally:
+            await service.shutdown()
+
+    app = FastAPI(title=f"{service.name} benchmark service", lifespan=lifespan)
+    app.state.service = service
+    app.state.config = cfg
+    app.add_middleware(BodyLimitMiddleware, max_bytes=cfg.max_body_bytes)
+
+    @app.exception_handler(HTTPError)
+    async def _http_error(_request: Request, exc: HTTPError) -> JSONResponse:
+        extra: dict[str, Any] = {} if exc.errors is None else {"errors": exc.errors}
+        return _json_error(exc.status_code, exc.detail, headers=exc.headers, **extra)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        return _json_error(422, f"invalid request: {_describe(exc)}", errors=_error_list(exc))
+
+    @app.exception_handler(Exception)
+    async def _unhandled(_request: Request, exc: Exception) -> JSONResponse:
+        logger.exception("unhandled error")
+        return _json_error(500, {"type": type(exc).__name__, "message": str(exc)})
+
+    async def authenticate(request: Request) -> str | None:
+        """The caller's tenant, or 401. ``None`` when auth is off."""
+        if cfg.api_keys is None:
+            return None
+        key = request.headers.get(API_KEY_HEADER)
+        if not key:
+            raise HTTPError(401, f"missing API key: send it in the {API_KEY_HEADER} header")
+        tenant = cfg.tenant_for(key)
+        if tenant is None:
+            raise HTTPError(401, f"unknown API key (sent in {API_KEY_HEADER})")
+        return tenant
+
+    def check_dataset(tenant: str | None, dataset: Any) -> None:
+        if cfg.allowlist is None:
+            return
+        if not isinstance(dataset, str) or not dataset:
+            raise HTTPError(403, f"tenant {tenant!r}: the request names no dataset, so it cannot be allowed")
+        if not cfg.allows(tenant, dataset):
+            raise HTTPError(403, f"tenant {tenant!r} is not allowed to use dataset {dataset!r}")
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok", "service": service.name}
+
+    @app.post("/v1/evaluate")
+    async def evaluate(request: Request, tenant: str | None = Depends(authenticate)) -> JSONResponse:
+        body = await _parse(request, service.evaluate_request_model)
+        check_dataset(tenant, getattr(body, "dataset", None))
+        result = await _call("evaluate", lambda: service.evaluate(body))
+        answer = _conform(result, service.evaluate_response_model, "evaluate")
+        return JSONResponse(answer.model_dump(mode="json"))
+
+    @app.post("/v1/score")
+    async def score(request: Request, tenant: str | None = Depends(authenticate)) -> JSONResponse:
+        body = await _parse(request, ScoreRequest)
+        check_dataset(tenant, body.dataset)
+        result = await _call("score", lambda: service.score(body))
+        return JSONResponse(_conform(result, ScoreResult, "score").model_dump(mode="json"))
+
+    @app.get("/v1/datasets/{name}/tasks")
+    async def list_tasks(name: str, tenant: str | None = Depends(authenticate)) -> JSONResponse:
+        check_dataset(tenant, name)
+
+        async def tasks_or_http_error() -> Any:
+            try:
+                return await service.list_tasks(name)
+            except NotImplementedError as exc:
+                raise HTTPError(501, f"this service does not list tasks (dataset {name!r})") from exc
+            except KeyError as exc:
+                raise HTTPError(404, f"unknown dataset {name!r}") from exc
+
+        tasks = await _call("list_tasks", tasks_or_http_error)
+        listing = _conform({"dataset": name, "tasks": tasks}, TaskList, "list_tasks")
+        return JSONResponse(listing.model_dump(mode="json"))
+
+    @app.post("/evaluate-response/")
+    async def legacy_evaluate(request: Request, _tenant: str | None = Depends(authenticate)) -> JSONResponse:
+        body = await _parse(request, LegacyEvaluateRequest)
+        result = await _call("legacy_evaluate (/evaluate-response/)", lambda: service.legacy_evaluate(body))
+        return JSONResponse(
+            _conform(result, LegacyEvaluateResponse, "legacy_evaluate").model_dump(mode="json")
+        )
+
+    @app.post("/final-score/")
+    async def legacy_score(request: Request, _tenant: str | None = Depends(authenticate)) -> JSONResponse:
+        body = await _parse(request, LegacyScoreRequest)
+        n = len(body.scores)
+        answer = LegacyScoreResponse(score=sum(body.scores) / n if n else 0.0, n=n)
+        return JSONResponse(answer.model_dump(mode="json"))
+
+    _document_bodies(
+        app,
+        {
+            ("post", "/v1/evaluate"): (service.evaluate_request_model, service.evaluate_response_model),
+            ("post", "/v1/score"): (ScoreRequest, ScoreResult),
+            ("get", "/v1/datasets/{name}/tasks"): (None, TaskList),
+            ("post", "/evaluate-response/"): (LegacyEvaluateRequest, LegacyEvaluateResponse),
+            ("post", "/final-score/"): (LegacyScoreRequest, LegacyScoreResponse),
+        },
+    )
+    return app
+
+
+def _document_bodies(
+    app: FastAPI, routes: dict[tuple[str, str], tuple[type[BaseModel] | None, type[BaseModel]]]
+) -> None:
+    """Put the hand-parsed request and response models into ``/openapi.json`` (and so ``/docs``)."""
+    default_openapi = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        schema = default_openapi()
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+
+        def ref(model: type[BaseModel]) -> dict[str, str]:
+            js = model.model_json_schema(ref_template="#/components/schemas/{model}")
+            components.update(js.pop("$defs", {}))
+            components[model.__name__] = js
+            return {"$ref": f"#/components/schemas/{model.__name__}"}
+
+        for (method, path), (request_model, response_model) in routes.items():
+            operation = schema.get("paths", {}).get(path, {}).get(method)
+            if operation is None:
+                continue
+            if request_model is not None:
+                operation["requestBody"] = {
+                    "required": True,
+                    "content": {"application/json": {"schema": ref(request_model)}},
+                }
+            operation.setdefault("responses", {})["200"] = {
+                "description": "Successful Response",
+                "content": {"application/json": {"schema": ref(response_model)}},
+            }
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
