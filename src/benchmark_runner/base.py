@@ -6,6 +6,7 @@ benchmark service over HTTP, so most benchmarks write only ``load_tasks`` and ``
 
 from __future__ import annotations
 
+import json
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
@@ -32,6 +33,8 @@ from .schemas import (
 )
 
 if TYPE_CHECKING:
+    import click
+
     from .service import BenchmarkService
 
 #: A built-in model that needs no API: given the runner, the task and the config, it produces a result.
@@ -68,7 +71,9 @@ class BenchmarkRunner(ABC):
         """Read tasks from a file (``None``: the runner's bundled default)."""
 
     @abstractmethod
-    async def generate(self, task: Task, model: str, llm_config: LLMConfig, log_dir: Path) -> GenerationResult:
+    async def generate(
+        self, task: Task, model: str, llm_config: LLMConfig, log_dir: Path
+    ) -> GenerationResult:
         """Ask ``model`` to solve ``task``; write anything worth keeping under ``log_dir``."""
 
     # ---- optional hooks ---------------------------------------------------------------------
@@ -80,6 +85,36 @@ class BenchmarkRunner(ABC):
 
     def generation_version(self) -> str:
         return os.environ.get(self.GENERATION_VERSION_ENV, "1")
+
+    async def aclose(self) -> None:
+        """Release what ``generate`` kept open across tasks (e.g. a shared chat client); called once per run."""
+        return None
+
+    @classmethod
+    def cli_options(cls) -> list[click.Option]:
+        """Extra ``run`` flags of this benchmark (e.g. ``--backend``).
+
+        Their values land in ``LLMConfig.extra`` under the option's name and are part of the run's
+        identity, so resuming with a different value is refused like a different model would be.
+        """
+        return []
+
+    def load_problem(self, path: Path) -> Task:
+        """One task from ``--problem FILE``: a JSON object, or a JSONL file holding exactly one task.
+
+        Override for problem files in another format (e.g. a bare ``.py`` reference kernel).
+        """
+        text = path.read_text(encoding="utf-8")
+        try:
+            if path.suffix == ".jsonl":
+                rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+            else:
+                rows = [json.loads(text)]
+        except json.JSONDecodeError as exc:
+            raise TaskValidationError(f"{path}: not valid JSON ({exc})") from exc
+        if len(rows) != 1 or not isinstance(rows[0], dict):
+            raise TaskValidationError(f"{path}: expected exactly one task object, found {len(rows)} rows")
+        return self.parse_tasks(rows, str(path))[0]
 
     def build_evaluate_request(self, task: Task, generation: GenerationResult) -> dict[str, Any]:
         """The JSON body of ``POST /v1/evaluate``; override when the service expects another shape."""
@@ -140,7 +175,9 @@ class BenchmarkRunner(ABC):
                 n_tasks=len(evaluations),
                 metrics={"score": legacy.score},
                 per_task=[
-                    TaskScore(task_id=e.task_id, status=e.data.status, score=e.data.score, outcome=e.data.outcome)
+                    TaskScore(
+                        task_id=e.task_id, status=e.data.status, score=e.data.score, outcome=e.data.outcome
+                    )
                     for e in evaluations
                 ],
             )

@@ -1,0 +1,25 @@
+# ruff: noqa  (hostile submission source)
+# Speed cheat: replace torch.cuda.Event so elapsed_time reads tiny for our calls.
+import torch
+import torch.nn as nn
+
+_Real = torch.cuda.Event
+_in_solution = [False]
+
+
+class FakeEvent(_Real):
+    def elapsed_time(self, end):
+        return super().elapsed_time(end) / (1000.0 if _in_solution[0] else 1.0)
+
+
+torch.cuda.Event = FakeEvent
+
+
+class ModelNew(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(n, n))
+
+    def forward(self, x):
+        _in_solution[0] = True
+        return x @ self.weight

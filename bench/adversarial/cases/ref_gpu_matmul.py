@@ -1,0 +1,23 @@
+# ruff: noqa  (hostile submission source)
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(n, n))
+
+    def forward(self, x):
+        return torch.matmul(x, self.weight)
+
+
+N = 2048
+
+
+def get_inputs():
+    return [torch.randn(N, N)]
+
+
+def get_init_inputs():
+    return [N]

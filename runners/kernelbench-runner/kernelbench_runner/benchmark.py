@@ -1,0 +1,347 @@
+"""The KernelBench runner: tasks from KernelBench, kernels from a multi-turn agent, scores like the paper.
+
+``generate`` runs the agent (agent.py) with every kernel checked by the kernel service; ``evaluate``
+sends the final kernel to the service once more (a fresh, independent measurement); ``score`` is
+computed here with ``kernel_service.metrics`` so any service (even one with a generic ``/v1/score``)
+yields the same fast_p / geomean / reward numbers. Runner options (``--backend``, ``--feedback``...)
+arrive in ``LLMConfig.extra`` and through ``configure`` (see ``CLI_OPTIONS``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+import click
+from kernel_service.metrics import fast_p_curve, outcome_counts, reward_of, summarize
+from pydantic import Field, ValidationError
+
+from benchmark_runner.base import BenchmarkRunner, OfflineModel
+from benchmark_runner.llm import ChatClient, LLMConfig
+from benchmark_runner.schemas import (
+    EvalResult,
+    EvalResultData,
+    EvalStatus,
+    GenerationResult,
+    GenerationStatus,
+    ScoreResult,
+    StrictModel,
+    Task,
+    TaskScore,
+    describe_validation_error,
+)
+
+from .agent import AgentOptions, FeedbackMode, KernelAgent, Strategy
+from .baselines import reference_model, torch_compile_model
+from .problems import KernelBenchTask, load_problems, select, task_id_for
+from .records import outcomes_from_evaluations
+from .report import report_command
+
+if TYPE_CHECKING:
+    from benchmark_runner.service import BenchmarkService
+
+DEFAULT_DATASET_FILE = Path(__file__).parent / "data" / "sample.jsonl"
+
+BackendName = Literal["cuda", "triton", "cpp", "torch"]
+
+_STATUS_OF_OUTCOME: dict[str, EvalStatus] = {
+    "correct": EvalStatus.CORRECT,
+    "incorrect": EvalStatus.INCORRECT,
+    "compiled": EvalStatus.INCORRECT,
+    "timeout": EvalStatus.TIMEOUT,
+}
+
+
+class KernelBenchOptions(StrictModel):
+    """Runner options; the CLI puts them in ``LLMConfig.extra`` under these names."""
+
+    backend: BackendName = "cuda"
+    feedback: FeedbackMode = "until_correct"
+    strategy: Strategy = "best-of-n"
+    samples: int = Field(default=1, ge=1, le=64)
+    level: list[int] = Field(default_factory=list, description="keep only these levels (empty: all)")
+    tolerance: float | None = Field(default=None, gt=0, description="atol = rtol; None: upstream defaults")
+    price_in: float | None = Field(default=None, ge=0, description="$ per 1M prompt tokens")
+    price_out: float | None = Field(default=None, ge=0, description="$ per 1M completion tokens")
+    prompt_source: Literal["full", "model"] = "full"
+
+    @classmethod
+    def from_extra(cls, extra: dict[str, Any] | None) -> KernelBenchOptions:
+        """Pick our keys out of ``extra`` (None values mean 'not given'); bad values name the option."""
+        data = {k: v for k, v in (extra or {}).items() if k in cls.model_fields and v is not None}
+        if isinstance(data.get("level"), int | str):
+            data["level"] = [data["level"]]
+        if "level" in data:
+            data["level"] = [int(x) for x in data["level"]]
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise click.BadParameter(describe_validation_error(exc)) from exc
+
+    def eval_options(self) -> dict[str, Any]:
+        """``KernelEvalRequest.options`` for every evaluation of this run."""
+        return {"tolerance": self.tolerance} if self.tolerance is not None else {}
+
+
+def _option(*decls: str, **kwargs: Any) -> click.Option:
+    return click.Option(list(decls), **kwargs)
+
+
+#: Runner-specific flags for ``run`` (H1's hook adds them; values land in ``LLMConfig.extra``).
+CLI_OPTIONS: list[click.Option] = [
+    _option(
+        "--backend",
+        type=click.Choice(["cuda", "triton", "cpp", "torch"]),
+        default=None,
+        help="kernel language the model writes and the service compiles [default: cuda]",
+    ),
+    _option(
+        "--feedback",
+        type=click.Choice(["until_correct", "none", "always"]),
+        default=None,
+        help="until_correct: stop at the first correct kernel; none: single-shot, no tools; "
+        "always: keep optimising for --max-turns [default: until_correct]",
+    ),
+    _option(
+        "--strategy",
+        type=click.Choice(["best-of-n", "tree"]),
+        default=None,
+        help="best-of-n: --samples independent agents; tree: sample, keep the best half, refine [default: best-of-n]",
+    ),
+    _option(
+        "--samples", type=click.IntRange(1, 64), default=None, help="parallel samples per task [default: 1]"
+    ),
+    _option(
+        "--level",
+        type=click.IntRange(1, 4),
+        multiple=True,
+        help="keep only this KernelBench level (repeatable)",
+    ),
+    _option(
+        "--tolerance",
+        type=click.FloatRange(min=0, min_open=True),
+        default=None,
+        help="atol = rtol for correctness [default: upstream's 1e-4 fp32, 1e-2 fp16/bf16]",
+    ),
+    _option(
+        "--price-in", type=click.FloatRange(min=0), default=None, help="$ per 1M prompt tokens (for cost)"
+    ),
+    _option("--price-out", type=click.FloatRange(min=0), default=None, help="$ per 1M completion tokens"),
+    _option(
+        "--prompt-source",
+        type=click.Choice(["full", "model"]),
+        default=None,
+        help="full: the whole problem file as upstream prompts; model: Model and imports only [default: full]",
+    ),
+]
+
+
+def response_to_eval_data(body: Any, task: KernelBenchTask, generation: GenerationResult) -> EvalResultData:
+    """Read a kernel service answer leniently (a KernelEvalResponse, or a generic EvalResultData)."""
+    if not isinstance(body, dict):
+        raise ValueError(f"kernel service answered {type(body).__name__}, expected a JSON object")
+    details: dict[str, Any]
+    if "outcome" in body and "status" not in body:
+        outcome = str(body["outcome"])
+        speedup = body.get("speedup")
+        reward = body.get("reward")
+        score = float(reward) if isinstance(reward, int | float) else reward_of(outcome, speedup)
+        status = _STATUS_OF_OUTCOME.get(outcome, EvalStatus.ERROR)
+        details = dict(body)
+    else:
+        generic = EvalResultData.model_validate(body)
+        status, score, outcome = generic.status, generic.score, generic.outcome or generic.status.value
+        details = dict(generic.details)
+    details["level"] = task.level
+    details["usage"] = generation.usage.model_dump()
+    return EvalResultData(status=status, score=score, outcome=outcome, details=details)
+
+
+class KernelBenchRunner(BenchmarkRunner):
+    """KernelBench levels 1-4 through the kernel service."""
+
+    NAME: ClassVar[str] = "kernelbench"
+    PAYLOAD_TYPE: ClassVar[str] = "code"
+    PAYLOAD_SCHEMA_VERSION: ClassVar[int] = 1
+    GENERATION_VERSION_ENV: ClassVar[str] = "KERNELBENCH_GENERATION_VERSION"
+    TASK_MODEL: ClassVar[type[Task]] = KernelBenchTask
+    OFFLINE_MODELS: ClassVar[dict[str, OfflineModel]] = {
+        "reference": reference_model,
+        "torch-compile": torch_compile_model,
+    }
+    CLI_OPTIONS: ClassVar[list[click.Option]] = CLI_OPTIONS
+    #: Commands added to the runner's CLI group next to run/evaluate/score.
+    EXTRA_COMMANDS: ClassVar[list[click.Command]] = [report_command]
+
+    def __init__(
+        self, service: Any = None, dataset_name: str | None = None, options: dict[str, Any] | None = None
+    ):
+        super().__init__(service, dataset_name)
+        self.options = KernelBenchOptions.from_extra(options)
+
+    def configure(self, extra: dict[str, Any]) -> None:
+        """Take the run's runner options (the CLI calls this before ``load_tasks``)."""
+        self.options = KernelBenchOptions.from_extra(extra)
+
+    # ---- tasks -------------------------------------------------------------------------------------
+
+    def load_tasks(self, dataset_file: Path | None) -> list[Task]:
+        tasks = load_problems(dataset_file if dataset_file is not None else DEFAULT_DATASET_FILE)
+        return list(select(tasks, levels=self.options.level or None))
+
+    async def load_tasks_from_service(self, dataset_name: str) -> list[Task]:
+        """Tasks a kernel service hosts (``--dataset-name level1``...), re-keyed to this runner's ids
+        (``level1/19_ReLU`` -> ``L1_19_ReLU``) so ids, filters and resume agree whatever the source."""
+        tasks = await super().load_tasks_from_service(dataset_name)
+        levels = set(self.options.level)
+        out: list[Task] = []
+        for t in tasks:
+            if isinstance(t, KernelBenchTask) and (not levels or t.level in levels):
+                out.append(t.model_copy(update={"id": task_id_for(t.level, t.problem_id, t.name)}))
+        return out
+
+    # ---- generation ----------------------------------------------------------------------------------
+
+    def _evaluate_fn(self, task: KernelBenchTask, options: KernelBenchOptions) -> Any:
+        async def evaluate(solution: str, backend: str) -> dict[str, Any]:
+            body = self._request(task, solution, backend, options.eval_options())
+            answer = await self._require_service().post("/v1/evaluate", body)
+            if not isinstance(answer, dict):
+                raise ValueError(f"kernel service answered {type(answer).__name__}, expected a JSON object")
+            return answer
+
+        return evaluate
+
+    def _request(
+        self, task: KernelBenchTask, solution: str, backend: str, options: dict[str, Any]
+    ) -> dict[str, Any]:
+        return {
+            "dataset": self.dataset_name,
+            "reference": task.reference_code,
+            "solution": solution,
+            "backend": backend,
+            "options": options,
+        }
+
+    async def generate(
+        self, task: Task, model: str, llm_config: LLMConfig, log_dir: Path
+    ) -> GenerationResult:
+        if not isinstance(task, KernelBenchTask):
+            raise TypeError(f"expected a KernelBenchTask, got {type(task).__name__}")
+        options = KernelBenchOptions.from_extra({**self.options.model_dump(), **llm_config.extra})
+        agent_options = AgentOptions(
+            backend=options.backend,
+            max_turns=llm_config.max_turns,
+            feedback=options.feedback,
+            strategy=options.strategy,
+            samples=options.samples,
+            prompt_source=options.prompt_source,
+        )
+        async with ChatClient(llm_config) as client:
+            agent = KernelAgent(client, self._evaluate_fn(task, options), agent_options, log_dir)
+            result = await agent.run(task)
+        if result.payload is not None:
+            final = log_dir / "kernels" / "final.py"
+            final.parent.mkdir(parents=True, exist_ok=True)
+            final.write_text(result.payload, encoding="utf-8")
+        return GenerationResult(
+            task_id=task.id,
+            model=model,
+            payload=result.payload,
+            payload_type=self.PAYLOAD_TYPE,
+            payload_schema_version=self.PAYLOAD_SCHEMA_VERSION,
+            generation_version=self.generation_version(),
+            status=GenerationStatus.OK if result.payload is not None else GenerationStatus.ERROR,
+            turns=result.turns,
+            usage=result.usage,
+            latency_s=result.latency_s,
+            error=result.error,
+            metadata={
+                "backend": options.backend,
+                "eval_options": options.eval_options(),
+                "agent": agent_options.model_dump(),
+                "final_file": "kernels/final.py" if result.payload is not None else None,
+                "best": result.best.summary() if result.best else None,
+                "best_result": result.best.result if result.best else None,
+                "candidates": [c.summary() for c in result.candidates],
+                "stop_reasons": result.stop_reasons,
+            },
+        )
+
+    # ---- evaluation and score --------------------------------------------------------------------
+
+    def build_evaluate_request(self, task: Task, generation: GenerationResult) -> dict[str, Any]:
+        """A ``KernelEvalRequest``: reference by source (works with any service), the final kernel."""
+        assert isinstance(task, KernelBenchTask)
+        backend = str(generation.metadata.get("backend") or self.options.backend)
+        options = generation.metadata.get("eval_options")
+        return self._request(
+            task,
+            str(generation.payload),
+            backend,
+            options if isinstance(options, dict) else self.options.eval_options(),
+        )
+
+    async def evaluate(self, task: Task, generation: GenerationResult) -> EvalResult:
+        if generation.payload is None:
+            data = EvalResultData(
+                status=EvalStatus.SKIPPED,
+                score=reward_of("no_kernel", None),
+                outcome="no_kernel",
+                details={
+                    "reason": generation.error or "no kernel",
+                    "level": getattr(task, "level", None),
+                    "usage": generation.usage.model_dump(),
+                },
+            )
+            return EvalResult(task_id=task.id, model=generation.model, data=data)
+        assert isinstance(task, KernelBenchTask)
+        body = await self._require_service().post(
+            "/v1/evaluate", self.build_evaluate_request(task, generation)
+        )
+        return EvalResult(
+            task_id=task.id, model=generation.model, data=response_to_eval_data(body, task, generation)
+        )
+
+    async def score(self, evaluations: list[EvalResult], model: str) -> ScoreResult:
+        """Computed locally (``kernel_service.metrics``): the same numbers whatever service evaluated."""
+        records = outcomes_from_evaluations(evaluations)
+        overall, groups = summarize(records, self.options.price_in, self.options.price_out)
+        tolerances = sorted(
+            {
+                f"atol={e.data.details.get('atol'):g} rtol={e.data.details.get('rtol'):g}"
+                for e in evaluations
+                if isinstance(e.data.details.get("atol"), int | float)
+                and isinstance(e.data.details.get("rtol"), int | float)
+            }
+        )
+        return ScoreResult(
+            model=model,
+            n_tasks=len(evaluations),
+            metrics=overall,
+            groups=groups,
+            per_task=[
+                TaskScore(
+                    task_id=r.task_id,
+                    status=e.data.status,
+                    score=r.reward,
+                    outcome=r.outcome,
+                    details={"speedup": r.speedup, "level": r.level},
+                )
+                for r, e in zip(records, evaluations, strict=True)
+            ],
+            details={
+                "outcomes": outcome_counts(records),
+                "tolerance": tolerances,
+                "fast_p_curve": fast_p_curve(records, [i / 10 for i in range(31)]),
+                "price_in": self.options.price_in,
+                "price_out": self.options.price_out,
+            },
+        )
+
+    @classmethod
+    def embedded_service(cls) -> BenchmarkService | None:
+        """The kernel service in-process: every visible GPU, or CPU (torch/cpp backends) when none."""
+        from kernel_service.service import KernelService, KernelServiceConfig
+
+        return KernelService(KernelServiceConfig(gpus=None, cpu_workers=1))

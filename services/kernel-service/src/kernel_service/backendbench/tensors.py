@@ -1,0 +1,185 @@
+"""Tensor helpers shared by the suites and the evaluator: JSON arg specs, stride-preserving clones, labels.
+
+Arguments are described in JSON (never ``eval``): ``{"T": [2, 3], "dtype": "f32", "stride": [1, 2]}``
+is a tensor, lists and scalars are themselves. ``"dtype": "$"`` stands for the dtype under test, so one
+spec serves float32 and bfloat16 alike. ``"init"`` picks the values (randn, rand, randint, ones, zeros,
+special: a mix of 0, -0, +-inf, nan, huge and tiny numbers).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+DTYPE_NAMES: dict[str, torch.dtype] = {
+    "f64": torch.float64,
+    "f32": torch.float32,
+    "f16": torch.float16,
+    "bf16": torch.bfloat16,
+    "i64": torch.int64,
+    "i32": torch.int32,
+    "i16": torch.int16,
+    "i8": torch.int8,
+    "u8": torch.uint8,
+    "b8": torch.bool,
+    "float64": torch.float64,
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "int64": torch.int64,
+    "int32": torch.int32,
+    "bool": torch.bool,
+}
+SHORT_NAMES: dict[torch.dtype, str] = {
+    torch.float64: "f64",
+    torch.float32: "f32",
+    torch.float16: "f16",
+    torch.bfloat16: "bf16",
+    torch.int64: "i64",
+    torch.int32: "i32",
+    torch.int16: "i16",
+    torch.int8: "i8",
+    torch.uint8: "u8",
+    torch.bool: "b8",
+}
+
+
+class SpecError(ValueError):
+    """An argument spec in a suite or trace file is malformed."""
+
+
+def dtype_of(name: str) -> torch.dtype:
+    try:
+        return DTYPE_NAMES[name]
+    except KeyError:
+        raise SpecError(f"unknown dtype {name!r}; expected one of {sorted(DTYPE_NAMES)}") from None
+
+
+def _extent(size: list[int], stride: list[int]) -> int:
+    if any(s == 0 for s in size):
+        return 0
+    return 1 + sum((s - 1) * st for s, st in zip(size, stride, strict=True))
+
+
+def _values(n: int, dtype: torch.dtype, init: str, gen: torch.Generator) -> torch.Tensor:
+    if dtype == torch.bool:
+        return torch.randint(0, 2, (n,), generator=gen).bool()
+    if not dtype.is_floating_point or init == "randint":
+        return torch.randint(-8, 9, (n,), generator=gen).to(dtype)
+    if init == "rand":
+        return torch.rand(n, generator=gen, dtype=torch.float32).to(dtype)
+    if init == "ones":
+        return torch.ones(n, dtype=dtype)
+    if init == "zeros":
+        return torch.zeros(n, dtype=dtype)
+    if init == "special":
+        info = torch.finfo(dtype)
+        pool = torch.tensor(
+            [
+                0.0,
+                -0.0,
+                float("inf"),
+                float("-inf"),
+                float("nan"),
+                info.max / 4,
+                -info.max / 4,
+                info.tiny,
+                1.0,
+                -2.5,
+            ],
+            dtype=torch.float32,
+        ).to(dtype)
+        return pool[torch.arange(n) % len(pool)]
+    if init != "randn":
+        raise SpecError(f"unknown init {init!r}; expected randn, rand, randint, ones, zeros or special")
+    return torch.randn(n, generator=gen, dtype=torch.float32).to(dtype)
+
+
+def build_arg(spec: Any, dtype: torch.dtype, device: str, gen: torch.Generator) -> Any:
+    """Turn one JSON arg spec into a value on ``device``; ``"$"`` dtypes become ``dtype``."""
+    if isinstance(spec, dict):
+        if "T" not in spec:
+            if "dtype" in spec and len(spec) == 1:  # a dtype argument, e.g. sum(x, dtype=...)
+                return dtype if spec["dtype"] == "$" else dtype_of(spec["dtype"])
+            raise SpecError(f"a dict arg must be a tensor spec with key 'T' (got keys {sorted(spec)})")
+        size = [int(s) for s in spec["T"]]
+        dt = dtype if spec.get("dtype", "$") == "$" else dtype_of(spec["dtype"])
+        stride = spec.get("stride")
+        init = spec.get("init", "randn")
+        if stride is None:
+            n = 1
+            for s in size:
+                n *= s
+            return _values(n, dt, init, gen).reshape(size).to(device)
+        stride = [int(s) for s in stride]
+        if len(stride) != len(size):
+            raise SpecError(f"stride {stride} and size {size} differ in rank")
+        data = _values(max(_extent(size, stride), 1), dt, init, gen).to(device)
+        return data.as_strided(size, stride)
+    if isinstance(spec, list):
+        return [build_arg(s, dtype, device, gen) for s in spec]
+    return spec
+
+
+def clone_value(value: Any) -> Any:
+    """A deep copy whose tensors keep their strides (even overlapping or expanded ones) and storage offset."""
+    if isinstance(value, torch.Tensor):
+        size, stride = list(value.size()), list(value.stride())
+        extent = _extent(size, stride)
+        if extent == 0:
+            return value.detach().clone()
+        flat = value.detach().as_strided((extent,), (1,), value.storage_offset()).clone()
+        return flat.as_strided(size, stride, 0)
+    if isinstance(value, list):
+        return [clone_value(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(clone_value(v) for v in value)
+    if isinstance(value, dict):
+        return {k: clone_value(v) for k, v in value.items()}
+    return value
+
+
+def describe(value: Any) -> str:
+    """Upstream's compact notation: ``T([2, 3], f32)``, ``T([3, 2], f32, [1, 3])`` when non-contiguous."""
+    if isinstance(value, torch.Tensor):
+        dt = SHORT_NAMES.get(value.dtype, str(value.dtype))
+        if value.dim() and not value.is_contiguous():
+            return f"T({list(value.shape)}, {dt}, {list(value.stride())})"
+        return f"T({list(value.shape)}, {dt})"
+    if isinstance(value, (list, tuple)):
+        inner = ", ".join(describe(v) for v in value)
+        return f"[{inner}]" if isinstance(value, list) else f"({inner})"
+    if isinstance(value, torch.dtype):
+        return SHORT_NAMES.get(value, str(value))
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def describe_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    parts = [describe(a) for a in args] + [f"{k}={describe(v)}" for k, v in kwargs.items()]
+    return "(" + ", ".join(parts) + ")"
+
+
+def first_float_dtype(value: Any) -> torch.dtype | None:
+    """The dtype a sample is 'about': the first floating tensor among its arguments."""
+    if isinstance(value, torch.Tensor):
+        return value.dtype if value.dtype.is_floating_point else None
+    if isinstance(value, (list, tuple)):
+        for v in value:
+            found = first_float_dtype(v)
+            if found is not None:
+                return found
+    if isinstance(value, dict):
+        return first_float_dtype(list(value.values()))
+    return None
+
+
+def nbytes(value: Any) -> int:
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, (list, tuple)):
+        return sum(nbytes(v) for v in value)
+    if isinstance(value, dict):
+        return sum(nbytes(v) for v in value.values())
+    return 0

@@ -1,0 +1,219 @@
+"""``kernel-service serve`` (the HTTP API) and ``kernel-service eval REF.py SOL.py`` (one pair, no server)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .schemas import EvalOptions, KernelEvalRequest, KernelEvalResponse, Outcome
+from .service import KernelService, KernelServiceConfig
+
+
+def parse_gpus(value: str) -> list[int] | None:
+    """``all`` -> None (every visible GPU), ``none`` -> [], ``0,1`` -> [0, 1]."""
+    v = value.strip().lower()
+    if v == "all":
+        return None
+    if v in ("none", ""):
+        return []
+    try:
+        return [int(x) for x in v.split(",") if x.strip()]
+    except ValueError as exc:
+        raise click.BadParameter(f"expected 'all', 'none' or GPU indices like '0,1'; got {value!r}") from exc
+
+
+def _config(
+    gpus: str,
+    workers: int,
+    work_dir: Path | None,
+    build_cache: Path | None,
+    sandbox: str,
+    datasets: tuple[Path, ...],
+) -> KernelServiceConfig:
+    return KernelServiceConfig(
+        gpus=parse_gpus(gpus),
+        cpu_workers=workers,
+        work_dir=work_dir,
+        build_cache_dir=build_cache,
+        sandbox=sandbox,
+        dataset_sources=list(datasets),
+    )
+
+
+_common = [
+    click.option("--gpus", default="all", show_default=True, help="'all', 'none' or indices like 0,1"),
+    click.option(
+        "--workers", default=1, show_default=True, type=click.IntRange(1, 64), help="CPU slots when no GPU"
+    ),
+    click.option(
+        "--work-dir",
+        type=click.Path(path_type=Path),
+        default=None,
+        help="worker temp dirs (default: a temp dir)",
+    ),
+    click.option(
+        "--build-cache", type=click.Path(path_type=Path), default=None, help="extension build cache dir"
+    ),
+    click.option(
+        "--sandbox",
+        type=click.Choice(["auto", "unshare", "none"]),
+        default="auto",
+        show_default=True,
+        help="run workers in their own PID + network namespaces (unshare)",
+    ),
+]
+
+
+def common_options(fn: Any) -> Any:
+    for opt in reversed(_common):
+        fn = opt(fn)
+    return fn
+
+
+@click.group()
+def main() -> None:
+    """GPU kernel benchmark service."""
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8000, show_default=True, type=int)
+@click.option("--api-keys", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None)
+@click.option("--allowlist", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None)
+@click.option(
+    "--datasets",
+    "datasets",
+    multiple=True,
+    type=click.Path(exists=True, path_type=Path),
+    help="KernelBench checkout dir or problems .jsonl (repeatable)",
+)
+@click.option("--max-body-mb", default=16, show_default=True, type=click.IntRange(1, 1024))
+@common_options
+def serve(
+    host: str,
+    port: int,
+    api_keys: Path | None,
+    allowlist: Path | None,
+    datasets: tuple[Path, ...],
+    max_body_mb: int,
+    gpus: str,
+    workers: int,
+    work_dir: Path | None,
+    build_cache: Path | None,
+    sandbox: str,
+) -> None:
+    """Serve the evaluation API until interrupted."""
+    from benchmark_runner.service.app import ConfigError, ServiceConfig, make_app
+    from benchmark_runner.service.server import serve as run_server
+
+    try:
+        config = ServiceConfig.from_files(api_keys, allowlist, max_body_bytes=max_body_mb * 1024 * 1024)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
+    service = KernelService(_config(gpus, workers, work_dir, build_cache, sandbox, datasets))
+    run_server(make_app(service, config), host, port)
+
+
+def summary(r: KernelEvalResponse) -> str:
+    lines = [f"outcome: {r.outcome.value}   reward: {r.reward:+.4f}"]
+    if r.speedup is not None:
+        lines.append(f"speedup: {r.speedup:.4f}x")
+    if r.ref_timing and r.new_timing:
+        lines.append(
+            f"reference: median {r.ref_timing.median:.6f} ms (n={r.ref_timing.n});"
+            f"  solution: median {r.new_timing.median:.6f} ms (n={r.new_timing.n})"
+        )
+    if r.max_abs_error is not None:
+        lines.append(
+            f"max abs error {r.max_abs_error:.3g}, max rel error {r.max_rel_error or 0:.3g} (atol={r.atol}, rtol={r.rtol})"
+        )
+    if r.message:
+        lines.append(f"message: {r.message}")
+    lines.append(f"hardware: {r.hardware}; torch {r.torch_version}; CUDA {r.cuda_version}; device {r.device}")
+    if r.timing_method:
+        lines.append(f"timing: {r.timing_method}")
+    for title, text in (("compile log", r.compile_log), ("traceback", r.traceback), ("output", r.output)):
+        if text:
+            lines.append(f"--- {title} (tail) ---\n{text[-1500:]}")
+    return "\n".join(lines)
+
+
+@main.command(name="eval")
+@click.argument("reference", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("solution", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--backend", type=click.Choice(["torch", "cpp", "cuda", "triton"]), default="torch", show_default=True
+)
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--perf-trials", default=100, show_default=True, type=click.IntRange(1, 10_000))
+@click.option("--correctness-trials", default=5, show_default=True, type=click.IntRange(0, 100))
+@click.option("--warmup", default=10, show_default=True, type=click.IntRange(0, 1000))
+@click.option(
+    "--tolerance", type=float, default=None, help="atol = rtol (default: 1e-4 fp32, 1e-2 fp16/bf16)"
+)
+@click.option("--timeout", "timeout_s", default=300.0, show_default=True, type=float)
+@click.option("--no-perf", is_flag=True, help="check correctness only")
+@click.option("--json", "as_json", is_flag=True, help="print the full response as JSON")
+@common_options
+def eval_cmd(
+    reference: Path,
+    solution: Path,
+    backend: str,
+    device: str,
+    perf_trials: int,
+    correctness_trials: int,
+    warmup: int,
+    tolerance: float | None,
+    timeout_s: float,
+    no_perf: bool,
+    as_json: bool,
+    gpus: str,
+    workers: int,
+    work_dir: Path | None,
+    build_cache: Path | None,
+    sandbox: str,
+) -> None:
+    """Evaluate SOLUTION (defines ModelNew) against REFERENCE (Model, get_inputs, get_init_inputs).
+
+    Exit status 0 when the solution is correct, 1 otherwise.
+    """
+    request = KernelEvalRequest(
+        reference=reference.read_text(),
+        solution=solution.read_text(),
+        backend=backend,  # type: ignore[arg-type]
+        options=EvalOptions(
+            device=device,  # type: ignore[arg-type]
+            perf_trials=perf_trials,
+            correctness_trials=correctness_trials,
+            warmup=warmup,
+            tolerance=tolerance,
+            timeout_s=timeout_s,
+            measure_performance=not no_perf,
+        ),
+    )
+    config = _config(gpus, workers, work_dir, build_cache, sandbox, ())
+    config.compile_step = False  # one evaluation: compiling in a second process would only add a torch import
+    response = asyncio.run(_eval_once(config, request))
+    if as_json:
+        click.echo(json.dumps(response.model_dump(mode="json"), indent=2))
+    else:
+        click.echo(summary(response))
+    sys.exit(0 if response.outcome == Outcome.CORRECT else 1)
+
+
+async def _eval_once(config: KernelServiceConfig, request: KernelEvalRequest) -> KernelEvalResponse:
+    service = KernelService(config)
+    await service.startup()
+    try:
+        return await service.evaluate(request)
+    finally:
+        await service.shutdown()
+
+
+if __name__ == "__main__":
+    main()

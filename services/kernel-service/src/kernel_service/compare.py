@@ -1,0 +1,114 @@
+"""Output comparison: shape, dtype, device, NaN/Inf positions, then allclose on the finite part.
+
+``torch.allclose`` alone treats NaN as unequal (or, with ``equal_nan``, equal anywhere) and says nothing
+about where outputs differ; here NaN and +/-Inf must sit exactly where the reference has them, and the
+worst absolute and relative errors are reported so a near miss can be told from garbage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+#: Default tolerance by output dtype (upstream KernelBench's current harness; DESIGN.md).
+DEFAULT_TOLERANCE: dict[torch.dtype, float] = {
+    torch.float16: 1e-2,
+    torch.bfloat16: 1e-2,
+}
+FP32_TOLERANCE = 1e-4
+
+
+def default_tolerance(outputs: list[Any]) -> float:
+    """1e-2 if any output tensor is fp16/bf16, else 1e-4."""
+    tol = FP32_TOLERANCE
+    for out in outputs:
+        if isinstance(out, torch.Tensor):
+            tol = max(tol, DEFAULT_TOLERANCE.get(out.dtype, FP32_TOLERANCE))
+    return tol
+
+
+def flatten_outputs(out: Any) -> list[Any]:
+    """A model may return a tensor, a scalar, or a (nested) tuple/list of them."""
+    if isinstance(out, (tuple, list)):
+        flat: list[Any] = []
+        for item in out:
+            flat.extend(flatten_outputs(item))
+        return flat
+    return [out]
+
+
+@dataclass
+class Comparison:
+    ok: bool
+    message: str = ""
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+
+
+def _as_tensor(x: Any) -> torch.Tensor | None:
+    if isinstance(x, torch.Tensor):
+        return x
+    if isinstance(x, (bool, int, float)):
+        return torch.tensor(x)
+    return None
+
+
+def compare_outputs(ref: Any, new: Any, atol: float, rtol: float) -> Comparison:
+    refs, news = flatten_outputs(ref), flatten_outputs(new)
+    if len(refs) != len(news):
+        return Comparison(False, f"reference returned {len(refs)} outputs, solution {len(news)}")
+    worst_abs = 0.0
+    worst_rel = 0.0
+    for i, (r_raw, n_raw) in enumerate(zip(refs, news, strict=True)):
+        where = f"output {i}" if len(refs) > 1 else "output"
+        r, n = _as_tensor(r_raw), _as_tensor(n_raw)
+        if r is None or n is None:
+            if r_raw != n_raw:
+                return Comparison(False, f"{where}: {type(n_raw).__name__} differs from the reference")
+            continue
+        if not isinstance(n_raw, torch.Tensor) and isinstance(r_raw, torch.Tensor):
+            return Comparison(False, f"{where}: solution returned {type(n_raw).__name__}, expected a tensor")
+        if r.shape != n.shape:
+            return Comparison(False, f"{where}: shape {tuple(n.shape)} != reference {tuple(r.shape)}")
+        if r.dtype != n.dtype:
+            return Comparison(False, f"{where}: dtype {n.dtype} != reference {r.dtype}")
+        if r.device != n.device:
+            return Comparison(False, f"{where}: on {n.device}, reference on {r.device}")
+        if r.numel() == 0:
+            continue
+        if not (r.is_floating_point() or r.is_complex()):
+            if not torch.equal(r, n):
+                mism = int((r != n).sum())
+                return Comparison(False, f"{where}: {mism} of {r.numel()} elements differ (exact dtype)")
+            continue
+        rf = r.detach().to(torch.float64 if r.dtype == torch.float64 else torch.float32)
+        nf = n.detach().to(rf.dtype)
+        r_nan, n_nan = torch.isnan(rf), torch.isnan(nf)
+        if not torch.equal(r_nan, n_nan):
+            bad = int((r_nan != n_nan).sum())
+            return Comparison(
+                False, f"{where}: NaN at {bad} positions where the reference has none (or vice versa)"
+            )
+        r_inf, n_inf = torch.isinf(rf), torch.isinf(nf)
+        if not torch.equal(r_inf, n_inf) or not torch.equal(rf[r_inf], nf[n_inf]):
+            return Comparison(False, f"{where}: +/-Inf positions or signs differ from the reference")
+        finite = ~(r_nan | r_inf)
+        rv, nv = rf[finite], nf[finite]
+        if rv.numel() == 0:
+            continue
+        diff = (nv - rv).abs()
+        abs_err = float(diff.max())
+        rel_err = float((diff / rv.abs().clamp_min(1e-12)).max())
+        worst_abs, worst_rel = max(worst_abs, abs_err), max(worst_rel, rel_err)
+        bad_mask = diff > atol + rtol * rv.abs()
+        if bool(bad_mask.any()):
+            return Comparison(
+                False,
+                f"{where}: {int(bad_mask.sum())} of {rv.numel()} elements outside atol={atol:g} rtol={rtol:g} "
+                f"(max abs error {abs_err:.3g}, max rel error {rel_err:.3g})",
+                abs_err,
+                rel_err,
+            )
+    return Comparison(True, "", worst_abs, worst_rel)

@@ -1,0 +1,440 @@
+"""Process isolation layers for a worker, and a report of which ones are active.
+
+Two places apply them:
+
+* **Parent side** (``launch_prefix``): wrap the worker command in ``bwrap`` (private mount, PID and network
+  namespaces, a read-only root, the service's work dir hidden except the worker's own dirs) or, where
+  bubblewrap is missing, ``unshare`` (PID + network + mount namespaces with a private ``/proc``).
+  ``worker_environment`` gives the worker an allow-listed environment, never the service's secrets.
+* **Child side** (``harden_worker``, called first thing in the worker, before torch starts threads):
+  rlimits (no core dumps, file size, process count, optional address space) and Landlock: writes only
+  beneath the worker's temp and build dirs, reads only beneath system and Python dirs, no TCP connect or
+  bind (ABI >= 4), signals and abstract unix sockets scoped to the worker's own processes (ABI >= 6).
+  Landlock is a few syscalls through ctypes, needs no privilege and works inside or outside namespaces,
+  so it is the layer with the most protection per line; the namespaces add defence in depth.
+
+Every layer degrades gracefully: what could not be applied is named in ``IsolationReport.fallbacks``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+Launcher = Literal["bwrap", "unshare", "none"]
+
+# ---- report -------------------------------------------------------------------------------------
+
+
+class IsolationReport(BaseModel):
+    """Which isolation layers protect a worker (sent back in the worker's ``ready`` message)."""
+
+    launcher: Launcher = "none"
+    pid_namespace: bool = False
+    net_namespace: bool = False
+    mount_namespace: bool = False
+    landlock_abi: int = 0
+    landlock_fs: bool = False
+    landlock_net: bool = False
+    landlock_scoped_signals: bool = False
+    no_new_privs: bool = False
+    rlimits: dict[str, int] = Field(default_factory=dict)
+    fallbacks: list[str] = Field(default_factory=list)
+
+    def summary(self) -> str:
+        layers: list[str] = [self.launcher] if self.launcher != "none" else []
+        if self.landlock_fs:
+            layers.append(f"landlock-v{self.landlock_abi}")
+        layers += [f"{k}={v}" for k, v in self.rlimits.items()]
+        return ", ".join(layers) or "none"
+
+
+# ---- parent side: namespaces --------------------------------------------------------------------
+
+
+def _works(cmd: list[str]) -> bool:
+    try:
+        res = subprocess.run([*cmd, "true"], capture_output=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return res.returncode == 0
+
+
+def _unshare_base(exe: str) -> list[str]:
+    cmd = [exe, "--pid", "--fork", "--kill-child", "--net", "--mount", "--mount-proc"]
+    if os.geteuid() != 0:
+        cmd.append("--map-root-user")
+    return cmd
+
+
+@cache
+def available_launcher(preferred: str = "auto") -> tuple[Launcher, tuple[str, ...]]:
+    """The best launcher that really works here (probed once), and why better ones were skipped."""
+    why: list[str] = []
+    if preferred in ("auto", "bwrap"):
+        exe = shutil.which("bwrap")
+        if exe and _works([exe, "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--unshare-all", "--"]):
+            return "bwrap", ()
+        why.append("bwrap not installed" if exe is None else "bwrap present but cannot create namespaces")
+    if preferred in ("auto", "bwrap", "unshare"):
+        exe = shutil.which("unshare")
+        if exe and _works(_unshare_base(exe)):
+            return "unshare", tuple(why)
+        why.append("unshare not installed" if exe is None else "unshare cannot create namespaces")
+    return "none", tuple(why)
+
+
+def launch_prefix(
+    launcher: Launcher,
+    *,
+    writable: Iterable[Path],
+    hidden: Iterable[Path] = (),
+) -> list[str]:
+    """Command prefix that starts the worker inside ``launcher``'s namespaces.
+
+    ``writable``: the worker's temp dir and build cache (bound read-write). ``hidden``: dirs replaced by an
+    empty tmpfs and files by /dev/null (the service's work dir, API keys file, other tenants' data);
+    ``writable`` paths inside a hidden dir are bound back after it is hidden. Only bwrap hides paths.
+    """
+    if launcher == "none":
+        return []
+    if launcher == "unshare":
+        exe = shutil.which("unshare")
+        assert exe is not None
+        return _unshare_base(exe)
+    exe = shutil.which("bwrap")
+    assert exe is not None
+    cmd = [exe, "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc"]
+    cmd += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--die-with-parent"]
+    cmd += ["--tmpfs", "/tmp"]
+    for p in hidden:
+        p = Path(p).resolve()
+        if p.is_dir():
+            cmd += ["--tmpfs", str(p)]
+        elif p.exists():
+            cmd += ["--ro-bind", "/dev/null", str(p)]
+    for p in writable:
+        p = Path(p).resolve()
+        p.mkdir(parents=True, exist_ok=True)
+        cmd += ["--bind", str(p), str(p)]
+    return [*cmd, "--"]
+
+
+#: Variables a worker may inherit; everything else (API keys, tokens, cloud credentials) is dropped.
+ENV_ALLOW = (
+    "PATH",
+    "LANG",
+    "LC_ALL",
+    "TERM",
+    "TZ",
+    "VIRTUAL_ENV",
+    "LD_LIBRARY_PATH",
+    "CC",
+    "CXX",
+    "MAX_JOBS",
+)
+ENV_ALLOW_PREFIXES = ("CUDA", "NVIDIA_", "TORCH", "TRITON", "PYTHON", "OMP_", "MKL_", "NCCL_", "KS_", "CPATH")
+
+
+def worker_environment(
+    parent: Mapping[str, str], tmp: Path, extra: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """An allow-listed environment for a worker: no secrets of the service leak into a submission.
+
+    HOME, TMPDIR and the Triton/CUDA JIT caches point into the worker's temp dir (the only place it may
+    write besides the build cache).
+    """
+    env = {
+        k: v
+        for k, v in parent.items()
+        if k in ENV_ALLOW or k.startswith(ENV_ALLOW_PREFIXES) and "KEY" not in k and "TOKEN" not in k
+    }
+    env.update(
+        {
+            "HOME": str(tmp),
+            "TMPDIR": str(tmp),
+            "TRITON_CACHE_DIR": str(tmp / "triton-cache"),
+            "CUDA_CACHE_PATH": str(tmp / "cuda-cache"),
+            "XDG_CACHE_HOME": str(tmp / "cache"),
+        }
+    )
+    env.update(dict(extra or {}))
+    return env
+
+
+# ---- child side: rlimits + Landlock -------------------------------------------------------------
+
+_SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446  # same on x86_64 and arm64
+_PR_SET_NO_NEW_PRIVS = 38
+_RULE_PATH_BENEATH, _RULE_NET_PORT = 1, 2
+
+FS_EXECUTE, FS_WRITE_FILE, FS_READ_FILE, FS_READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+FS_REMOVE_DIR, FS_REMOVE_FILE, FS_MAKE_CHAR, FS_MAKE_DIR = 1 << 4, 1 << 5, 1 << 6, 1 << 7
+FS_MAKE_REG, FS_MAKE_SOCK, FS_MAKE_FIFO, FS_MAKE_BLOCK = 1 << 8, 1 << 9, 1 << 10, 1 << 11
+FS_MAKE_SYM, FS_REFER, FS_TRUNCATE, FS_IOCTL_DEV = 1 << 12, 1 << 13, 1 << 14, 1 << 15
+NET_BIND_TCP, NET_CONNECT_TCP = 1 << 0, 1 << 1
+SCOPE_ABSTRACT_UNIX, SCOPE_SIGNAL = 1 << 0, 1 << 1
+
+_READ = FS_READ_FILE | FS_READ_DIR
+_FILE_RIGHTS = FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE | FS_IOCTL_DEV
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("fs", ctypes.c_uint64), ("net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
+
+
+class _PathBeneath(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+class _NetPort(ctypes.Structure):
+    _fields_ = [("allowed", ctypes.c_uint64), ("port", ctypes.c_uint64)]
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version, 0 where Landlock is missing or disabled."""
+    if not sys.platform.startswith("linux"):
+        return 0
+    libc = _libc()
+    libc.syscall.restype = ctypes.c_long
+    v = libc.syscall(ctypes.c_long(_SYS_CREATE_RULESET), None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+    return max(0, int(v))
+
+
+def default_readable() -> list[Path]:
+    """System and Python dirs a worker must read (to import torch, run compilers, open the GPU)."""
+    roots = [
+        "/usr",
+        "/lib",
+        "/lib32",
+        "/lib64",
+        "/bin",
+        "/sbin",
+        "/etc",
+        "/opt",
+        "/sys",
+        "/proc",
+        "/dev",
+        "/run",
+    ]
+    paths = [Path(p) for p in roots]
+    paths += [Path(p) for p in {sys.prefix, sys.base_prefix, sys.exec_prefix}]
+    paths.append(Path(sys.executable).resolve().parent.parent)
+    # sys.path minus a script's own dir (sys.path[0]): that may be anywhere, e.g. next to a secret.
+    paths += [Path(p) for p in sys.path[1:] if p and Path(p).is_dir()]
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            paths.append(Path(os.environ[var]))
+    return paths
+
+
+@dataclass
+class HardenPolicy:
+    """What ``harden_worker`` applies. ``writable``: temp + build dirs; ``readable``: extra read roots."""
+
+    writable: list[Path]
+    readable: list[Path] = field(default_factory=list)
+    fsize_bytes: int | None = 1 << 30
+    nproc: int | None = None
+    address_space: int | None = None
+    landlock: bool = True
+    deny_tcp: bool = True
+    scope_signals: bool = True
+
+
+def set_rlimits(policy: HardenPolicy, report: IsolationReport) -> None:
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    report.rlimits["core"] = 0
+    if policy.fsize_bytes is not None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # an oversized write fails with EFBIG, no kill
+        resource.setrlimit(resource.RLIMIT_FSIZE, (policy.fsize_bytes, policy.fsize_bytes))
+        report.rlimits["fsize"] = policy.fsize_bytes
+    if policy.nproc is not None:
+        resource.setrlimit(resource.RLIMIT_NPROC, (policy.nproc, policy.nproc))
+        report.rlimits["nproc"] = policy.nproc
+        if os.geteuid() == 0:
+            report.fallbacks.append(
+                "RLIMIT_NPROC does not bind root: a fork bomb is only stopped by the timeout"
+            )
+    if policy.address_space is not None:
+        resource.setrlimit(resource.RLIMIT_AS, (policy.address_space, policy.address_space))
+        report.rlimits["as"] = policy.address_space
+
+
+def apply_landlock(policy: HardenPolicy, report: IsolationReport) -> None:
+    """Restrict this process (and its future children) with Landlock; irreversible.
+
+    Must run before other threads exist: Landlock applies to the calling thread and what it creates.
+    """
+    abi = landlock_abi()
+    report.landlock_abi = abi
+    if abi < 1:
+        report.fallbacks.append("Landlock unavailable: file system and network not restricted in-process")
+        return
+    fs = (1 << 13) - 1  # ABI 1 rights
+    if abi >= 2:
+        fs |= FS_REFER
+    if abi >= 3:
+        fs |= FS_TRUNCATE
+    if abi >= 5:
+        fs |= FS_IOCTL_DEV
+    fs &= ~FS_EXECUTE  # executing system binaries (compilers) stays allowed; reading them is governed
+    net = NET_BIND_TCP | NET_CONNECT_TCP if policy.deny_tcp and abi >= 4 else 0
+    scoped = SCOPE_ABSTRACT_UNIX | SCOPE_SIGNAL if policy.scope_signals and abi >= 6 else 0
+    libc = _libc()
+    libc.syscall.restype = ctypes.c_long
+    attr = _RulesetAttr(fs, net, scoped)
+    size = ctypes.sizeof(_RulesetAttr) if abi >= 6 else (16 if abi >= 4 else 8)
+    rfd = libc.syscall(ctypes.c_long(_SYS_CREATE_RULESET), ctypes.byref(attr), ctypes.c_size_t(size), 0)
+    if rfd < 0:
+        report.fallbacks.append(f"landlock_create_ruleset failed: {os.strerror(ctypes.get_errno())}")
+        return
+    try:
+        rules = [(p, fs & _READ) for p in [*default_readable(), *policy.readable]]
+        for p in policy.writable:
+            Path(p).mkdir(parents=True, exist_ok=True)  # a missing dir would silently grant nothing
+        rules += [(p, fs) for p in policy.writable]
+        dev_rights = fs & (_READ | FS_WRITE_FILE | FS_TRUNCATE | FS_IOCTL_DEV)
+        rules += [(Path("/dev"), dev_rights), (Path("/dev/shm"), fs)]
+        for path, rights in rules:
+            _add_path_rule(libc, rfd, path, rights)
+        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            report.fallbacks.append(f"no_new_privs failed: {os.strerror(ctypes.get_errno())}")
+            return
+        report.no_new_privs = True
+        if libc.syscall(ctypes.c_long(_SYS_RESTRICT_SELF), ctypes.c_int(rfd), ctypes.c_uint32(0)) != 0:
+            report.fallbacks.append(f"landlock_restrict_self failed: {os.strerror(ctypes.get_errno())}")
+            return
+    finally:
+        os.close(rfd)
+    report.landlock_fs = True
+    report.landlock_net = bool(net)
+    report.landlock_scoped_signals = bool(scoped & SCOPE_SIGNAL)
+    if not net:
+        report.fallbacks.append(f"Landlock ABI {abi} < 4: TCP not restricted in-process")
+    if not scoped:
+        report.fallbacks.append(f"Landlock ABI {abi} < 6: signals to other processes not scoped")
+
+
+def _add_path_rule(libc: ctypes.CDLL, rfd: int, path: Path, rights: int) -> None:
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError:
+        return  # a missing optional root (e.g. /lib32) grants nothing
+    try:
+        if not path.is_dir():
+            rights &= _FILE_RIGHTS  # files take file rights only (EINVAL otherwise)
+        rule = _PathBeneath(rights, fd)
+        libc.syscall(
+            ctypes.c_long(_SYS_ADD_RULE), ctypes.c_int(rfd), _RULE_PATH_BENEATH, ctypes.byref(rule), 0
+        )
+    finally:
+        os.close(fd)
+
+
+def harden_worker(policy: HardenPolicy, launcher: Launcher = "none") -> IsolationReport:
+    """Apply the in-child layers to this process; returns what is active (never raises for a missing layer)."""
+    report = IsolationReport(launcher=launcher)
+    report.pid_namespace = report.net_namespace = report.mount_namespace = launcher != "none"
+    set_rlimits(policy, report)
+    if policy.landlock:
+        try:
+            apply_landlock(policy, report)
+        except OSError as exc:  # pragma: no cover - defensive: never let hardening kill the worker
+            report.fallbacks.append(f"Landlock failed: {exc}")
+    else:
+        report.fallbacks.append("Landlock disabled by configuration")
+    if launcher == "none":
+        report.fallbacks.append("no namespaces: the worker shares the host's PID and network namespaces")
+    return report
+
+
+def policy_from_env(tmp: Path, env: Mapping[str, str] = os.environ) -> HardenPolicy:
+    """The policy the pool passed through ``KS_SANDBOX_*`` variables (paths joined by ``os.pathsep``)."""
+
+    def paths(name: str) -> list[Path]:
+        return [Path(p) for p in env.get(name, "").split(os.pathsep) if p]
+
+    def opt_int(name: str) -> int | None:
+        v = env.get(name)
+        return int(v) if v else None
+
+    return HardenPolicy(
+        writable=[tmp, *paths("KS_SANDBOX_WRITABLE")],
+        readable=paths("KS_SANDBOX_READABLE"),
+        fsize_bytes=opt_int("KS_SANDBOX_FSIZE") or 1 << 30,
+        nproc=opt_int("KS_SANDBOX_NPROC"),
+        address_space=opt_int("KS_SANDBOX_AS"),
+        landlock=env.get("KS_SANDBOX_LANDLOCK", "1") != "0",
+    )
+
+
+# ---- leftover processes -------------------------------------------------------------------------
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> bool:
+    """Make orphans of this process's descendants reparent to it (not to init), so that a daemonised
+    grandchild (double fork + setsid, which escapes a process-group kill) stays findable and killable."""
+    try:
+        return bool(_libc().prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+    except (OSError, AttributeError):
+        return False
+
+
+def child_pids(pid: int | None = None) -> list[int]:
+    """Direct children of ``pid`` (default: this process), from /proc."""
+    me = os.getpid() if pid is None else pid
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        # Field 4 (ppid) follows the command name, which is in parentheses and may contain spaces.
+        fields = stat.rsplit(")", 1)[-1].split()
+        if len(fields) > 1 and int(fields[1]) == me:
+            out.append(int(entry))
+    return out
+
+
+def kill_leftover_processes(rounds: int = 5) -> int:
+    """SIGKILL and reap every descendant still alive after a job (call it after each job in a subreaper
+    worker); returns how many were killed. The worker should be recycled when this is not 0."""
+    killed = 0
+    for _ in range(rounds):
+        kids = child_pids()
+        if not kids:
+            break
+        for pid in kids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+            except ProcessLookupError:
+                pass
+        for pid in kids:
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+    return killed

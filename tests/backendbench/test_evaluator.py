@@ -1,0 +1,180 @@
+"""The evaluator in-process: each kind of kernel gets the verdict and feedback it deserves."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kernel_service.backendbench.evaluator import evaluate
+from pydantic import ValidationError
+
+FAST = {"perf_trials": 3, "warmup": 1}
+
+CORRECT_RELU = """
+import torch
+def relu_kernel_impl(x):
+    return torch.where(x < 0, torch.zeros((), dtype=x.dtype, device=x.device), x)
+"""
+WRONG_RELU = """
+def relu_kernel_impl(x):
+    return x.abs()
+"""
+CRASHING_RELU = """
+def relu_kernel_impl(x):
+    raise RuntimeError("boom from the kernel")
+"""
+ORIGINAL_RELU = """
+import torch
+def relu_kernel_impl(x):
+    return torch.nn.functional.relu(x)
+"""
+ATEN_SOFTMAX = """
+import torch
+def softmax_kernel_impl(x, dim, dtype=None):
+    return torch.ops.aten._softmax.default(x, dim, False)
+"""
+BF16_ONLY_WRONG_RELU = """
+import torch
+def relu_kernel_impl(x):
+    if x.dtype == torch.bfloat16:
+        return x.clone()
+    return torch.where(x < 0, torch.zeros((), dtype=x.dtype, device=x.device), x)
+"""
+
+
+def run(op: str, source: str, suite: str = "smoke", **options: Any) -> dict[str, Any]:
+    body = {
+        "dataset": f"backendbench-{suite}",
+        "op": op,
+        "suite": suite,
+        "source": source,
+        "options": {**FAST, **options},
+    }
+    return evaluate(body)
+
+
+def test_correct_kernel_scores_correct_with_timed_speedup() -> None:
+    r = run("relu", CORRECT_RELU)
+    assert r["outcome"] == "correct" and r["correctness"] == 1.0
+    perf = [i for i in r["inputs"] if i["kind"] == "performance"]
+    assert perf and all(i["speedup"] and i["ref_ms"] > 0 and i["kernel_ms"] > 0 for i in perf)
+    assert r["overall"] == pytest.approx(r["performance"])
+    assert {"float32", "bfloat16"} <= {i["dtype"] for i in r["inputs"]}
+    assert "perf_counter" in r["timing_method"]
+
+
+def test_wrong_kernel_lists_failing_inputs_with_max_error() -> None:
+    r = run("relu", WRONG_RELU)
+    assert (r["outcome"], r["correctness"], r["performance"], r["overall"]) == ("incorrect", 0.0, 1.0, 0.0)
+    assert all(i["speedup"] is None for i in r["inputs"])  # a failed kernel is not timed
+    fb = r["feedback"]
+    assert (
+        "Failing inputs:" in fb and "T([16, 33], f32)" in fb and "max abs error" in fb and "atol 0.0001" in fb
+    )
+
+
+def test_crashing_kernel_reports_the_error_and_line() -> None:
+    r = run("relu", CRASHING_RELU)
+    assert r["outcome"] == "incorrect" and r["correctness"] == 0.0 and r["overall"] == 0.0
+    assert "RuntimeError: boom from the kernel" in r["feedback"]
+    assert "line 3" in r["feedback"]
+
+
+@pytest.mark.parametrize(
+    ("op", "source", "called"),
+    [("relu", ORIGINAL_RELU, "aten.relu"), ("softmax", ATEN_SOFTMAX, "aten._softmax")],
+)
+def test_kernel_calling_the_original_op_is_flagged(op: str, source: str, called: str) -> None:
+    r = run(op, source)
+    assert r["outcome"] == "calls_original_op" and r["correctness"] == 0.0 and r["overall"] == 0.0
+    assert called in r["aten_ops_called"]
+    assert f"Your kernel calls {called}" in r["feedback"]
+
+
+def test_kernel_wrong_on_one_dtype_only() -> None:
+    r = run("relu", BF16_ONLY_WRONG_RELU)
+    assert r["outcome"] == "incorrect" and r["correctness"] == 0.0
+    failing = [i for i in r["inputs"] if not i["correct"]]
+    assert failing and {i["dtype"] for i in failing} == {"bfloat16"}
+    assert any(i["correct"] and i["dtype"] == "float32" for i in r["inputs"])
+    assert "bf16" in r["feedback"] and "atol 0.01" in r["feedback"]
+    # the dtype option narrows the test to float32: then the kernel passes
+    assert run("relu", BF16_ONLY_WRONG_RELU, dtypes=["float32"])["correctness"] == 1.0
+
+
+def test_tampering_with_dispatch_tracing_is_refused() -> None:
+    src = "import torch\nfrom torch.utils._python_dispatch import _pop_mode\ndef relu_kernel_impl(x):\n    return torch.relu(x)\n"
+    r = run("relu", src)
+    assert r["outcome"] == "calls_original_op" and "dispatch-mode internal" in r["feedback"]
+
+
+def test_mutating_an_input_or_returning_it_is_incorrect() -> None:
+    mutating = "import torch\ndef add_kernel_impl(a, b, alpha=1):\n    return a.sub_(b, alpha=-alpha)\n"
+    r = run("add", mutating)
+    assert r["outcome"] == "incorrect"
+    assert "in-place / out= semantics" in r["feedback"] or "aliasing differs" in r["feedback"]
+
+
+@pytest.mark.parametrize(
+    ("source", "outcome", "text"),
+    [("def (", "load_error", "SyntaxError"), ("x = 1\n", "missing_function", "relu_kernel_impl")],
+)
+def test_broken_sources(source: str, outcome: str, text: str) -> None:
+    r = run("relu", source)
+    assert r["outcome"] == outcome and r["correctness"] == 0.0 and text in r["feedback"]
+
+
+def test_unknown_op_and_bad_request() -> None:
+    r = run("frobnicate", CORRECT_RELU)
+    assert r["outcome"] == "no_inputs" and "add, mul, relu" in r["feedback"]
+    with pytest.raises(ValidationError, match="dataset must be 'backendbench-smoke'"):
+        evaluate({"dataset": "level1", "op": "relu", "suite": "smoke", "source": ""})
+    with pytest.raises(ValidationError, match="dtypes"):
+        evaluate(
+            {"dataset": "backendbench-smoke", "op": "relu", "source": "", "options": {"dtypes": ["float8"]}}
+        )
+
+
+def test_facto_edge_cases_reference_passes_and_wrong_edge_handling_fails() -> None:
+    from backendbench_runner.baselines import reference_source
+
+    for op in ("add", "sum", "mm", "softmax"):
+        r = run(op, reference_source(op), suite="facto")
+        assert r["outcome"] == "correct", r["feedback"]
+    labels = " ".join(i["args"] for i in run("relu", CORRECT_RELU, suite="facto")["inputs"])
+    assert "T([0], f32)" in labels and "[1, 6]" in labels  # empty and non-contiguous inputs are there
+    # a relu that breaks on NaN (extreme values) is caught only by facto's special-value input
+    nan_blind = "import torch\ndef relu_kernel_impl(x):\n    return torch.where(x > 0, x, torch.zeros((), dtype=x.dtype))\n"
+    assert run("relu", nan_blind)["correctness"] == 1.0
+    r = run("relu", nan_blind, suite="facto")
+    assert r["correctness"] == 0.0 and "NaN" in r["feedback"]
+
+
+def test_torchbench_upstream_trace_file(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.txt"
+    trace.write_text(
+        "Operator: aten.relu.default\n"
+        "cnt: 3, ((T([64, 32], f32),), {})\n"
+        "cnt: 1, ((T([8, 16], bf16, [1, 8]),), {})\n"
+        "Operator: aten.add.Tensor\n"
+        "cnt: 2, ((T([4, 5], f32), T([5], f32)), {'alpha': 2})\n"
+    )
+    r = run("relu", CORRECT_RELU, suite="torchbench", trace_file=str(trace))
+    assert r["outcome"] == "correct" and r["n_correctness_inputs"] == 2 and r["n_perf_inputs"] == 2
+    assert any("[1, 8]" in i["args"] for i in r["inputs"])
+    r = run("add", CORRECT_RELU, suite="torchbench", trace_file=str(trace))
+    assert r["outcome"] == "missing_function"
+    bad = tmp_path / "bad.txt"
+    bad.write_text("Operator: aten.relu.default\ncnt: 1, ((__import__('os'),), {})\n")
+    r = run("relu", CORRECT_RELU, suite="torchbench", trace_file=str(bad))
+    assert r["outcome"] == "no_inputs" and "unsupported syntax" in r["feedback"]
+
+
+def test_opinfo_inputs_come_from_op_db() -> None:
+    from backendbench_runner.baselines import aten_source, reference_source
+
+    r = run("abs.default", reference_source("abs.default"), suite="opinfo")
+    assert r["outcome"] == "correct", r["feedback"]
+    assert r["n_correctness_inputs"] >= 2 and {"float32", "bfloat16"} <= {i["dtype"] for i in r["inputs"]}
+    assert run("abs.default", aten_source("abs.default"), suite="opinfo")["outcome"] == "calls_original_op"

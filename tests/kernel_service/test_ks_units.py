@@ -1,0 +1,137 @@
+"""Pure pieces of the kernel service: schemas, comparison, rewards, datasets, the CLI as a subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import ks_sources as S
+import pytest
+import torch
+from kernel_service.compare import compare_outputs, default_tolerance
+from kernel_service.datasets import DatasetError, ProblemStore
+from kernel_service.schemas import KernelEvalRequest, KernelEvalResponse, Outcome, TimingStats, reward_for
+from pydantic import ValidationError
+
+from benchmark_runner.schemas import EvalStatus
+
+
+def test_request_needs_exactly_one_reference() -> None:
+    with pytest.raises(ValidationError, match="exactly one of `reference`.*`task_id`.*neither"):
+        KernelEvalRequest(solution="x")
+    with pytest.raises(ValidationError, match="both"):
+        KernelEvalRequest(solution="x", reference="r", task_id="t")
+    req = KernelEvalRequest(solution="x", task_id="level1/19_ReLU")
+    assert req.dataset == "kernelbench" and req.backend == "torch" and req.options.perf_trials == 100
+
+
+def test_tolerance_shortcut_and_defaults() -> None:
+    req = KernelEvalRequest(solution="x", reference="r", options={"tolerance": 1e-2, "rtol": 1e-3})
+    assert (req.options.atol, req.options.rtol) == (1e-2, 1e-3)
+    assert default_tolerance([torch.zeros(1)]) == 1e-4
+    assert default_tolerance([torch.zeros(1, dtype=torch.bfloat16)]) == 1e-2
+
+
+def test_rewards_and_generic_mapping() -> None:
+    assert reward_for(Outcome.CORRECT, 1.5) == 0.5
+    assert reward_for(Outcome.CORRECT, None) == 0.0
+    expected = {
+        "incorrect": -2,
+        "execution_failure": -3,
+        "initialization_failure": -4,
+        "compilation_failure": -5,
+        "unknown_error": -6,
+        "timeout": -7,
+        "sandbox_error": -7,
+    }
+    for outcome, reward in expected.items():
+        assert reward_for(Outcome(outcome), None) == reward
+    data = KernelEvalResponse(outcome=Outcome.TIMEOUT, reward=-7).to_eval_result_data()
+    assert (data.status, data.score, data.outcome) == (EvalStatus.TIMEOUT, -7, "timeout")
+    assert (
+        KernelEvalResponse.failure(Outcome.SANDBOX_ERROR, "x").to_eval_result_data().status
+        == EvalStatus.ERROR
+    )
+
+
+def test_timing_stats() -> None:
+    s = TimingStats.of([3.0, 1.0, 2.0, 10.0])
+    assert (s.median, s.min, s.max, s.n, s.mean) == (2.5, 1.0, 10.0, 4, 4.0)
+
+
+def test_compare_handles_nan_inf_shape_dtype() -> None:
+    ref = torch.tensor([1.0, float("nan"), float("inf"), 2.0])
+    assert compare_outputs(ref, ref.clone(), 1e-4, 1e-4).ok
+    moved_nan = torch.tensor([float("nan"), 1.0, float("inf"), 2.0])
+    assert "NaN" in compare_outputs(ref, moved_nan, 1e-4, 1e-4).message
+    wrong_inf = torch.tensor([1.0, float("nan"), float("-inf"), 2.0])
+    assert "Inf" in compare_outputs(ref, wrong_inf, 1e-4, 1e-4).message
+    assert "shape" in compare_outputs(ref, ref[:3], 1, 1).message
+    assert "dtype" in compare_outputs(ref, ref.double(), 1, 1).message
+    near = compare_outputs(torch.ones(4), torch.ones(4) + 5e-5, 1e-4, 1e-4)
+    assert near.ok and near.max_abs_error == pytest.approx(5e-5, rel=1e-2)
+    far = compare_outputs(torch.ones(4), torch.ones(4) + 1e-2, 1e-4, 1e-4)
+    assert not far.ok and "4 of 4" in far.message
+    assert compare_outputs((torch.ones(2), 3), (torch.ones(2), 3), 0, 0).ok
+    assert not compare_outputs((torch.ones(2), 3), (torch.ones(2),), 0, 0).ok
+
+
+def test_datasets_from_checkout_and_jsonl(tmp_path: Path) -> None:
+    (tmp_path / "KernelBench" / "level1").mkdir(parents=True)
+    (tmp_path / "KernelBench" / "level1" / "19_ReLU.py").write_text(S.fixture("kb_level1_19_ReLU.py"))
+    (tmp_path / "KernelBench" / "level1" / "notes.txt").write_text("ignored")
+    store = ProblemStore.from_sources([tmp_path, S.FIXTURES / "problems.jsonl"])
+    assert [p.task_id for p in store.dataset("all")] == [
+        "level1/19_ReLU",
+        "level2/12_Gemm_Multiply_LeakyReLU",
+    ]
+    assert store.find("19_ReLU").level == 1
+    with pytest.raises(KeyError):
+        store.dataset("level9")
+    with pytest.raises(KeyError):
+        store.find("12_Gemm_Multiply_LeakyReLU", "level1")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"level": 1}\n')
+    with pytest.raises(DatasetError, match="bad.jsonl:1"):
+        ProblemStore.from_sources([bad])
+
+
+def _cli(tmp_path: Path, solution: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    ref = tmp_path / "ref.py"
+    sol = tmp_path / "sol.py"
+    ref.write_text(S.REF_MATMUL)
+    sol.write_text(solution)
+    exe = Path(sys.executable).parent / "kernel-service"
+    return subprocess.run(
+        [
+            str(exe),
+            "eval",
+            str(ref),
+            str(sol),
+            "--gpus",
+            "none",
+            "--perf-trials",
+            "5",
+            "--warmup",
+            "1",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_cli_eval_subprocess(tmp_path: Path) -> None:
+    ok = _cli(tmp_path, S.SOL_MATMUL_OK, "--json")
+    assert ok.returncode == 0, ok.stderr
+    data = json.loads(ok.stdout)
+    assert data["outcome"] == "correct" and data["new_timing"]["n"] == 5
+    bad = _cli(tmp_path, S.SOL_ADD_WRONG)
+    assert bad.returncode == 1
+    assert "outcome: " in bad.stdout and "correct" not in bad.stdout.split("\n")[0].replace("incorrect", "")
+    gpu = _cli(tmp_path, S.SOL_MATMUL_OK, "--backend", "cuda")
+    assert gpu.returncode == 1 and "requires_gpu" in gpu.stdout
