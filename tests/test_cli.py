@@ -14,7 +14,7 @@ from benchmark_runner.base import BenchmarkRunner, OfflineModel
 from benchmark_runner.cli import make_cli
 from benchmark_runner.examples.arithmetic import DATA_FILE, ArithmeticRunner
 from benchmark_runner.llm import LLMConfig
-from benchmark_runner.schemas import GenerationResult, Task
+from benchmark_runner.schemas import EvalResult, GenerationResult, ScoreResult, Task
 from benchmark_runner.service import BenchmarkService
 
 
@@ -40,6 +40,17 @@ class ExtraRunner(ArithmeticRunner):
     @classmethod
     def report(cls, run_dir: Path) -> str:
         return f"REPORT of {run_dir.name}"
+
+    def load_tasks(self, dataset_file: Path | None) -> list[Task]:
+        SEEN_OPTIONS.append(("load_tasks", dict(self.options)))
+        return super().load_tasks(dataset_file)
+
+    async def score(self, evaluations: list[EvalResult], model: str) -> ScoreResult:
+        SEEN_OPTIONS.append(("score", dict(self.options)))
+        return await super().score(evaluations, model)
+
+
+SEEN_OPTIONS: list[tuple[str, dict[str, object]]] = []
 
 
 class NoServiceRunner(ArithmeticRunner):
@@ -258,3 +269,29 @@ def test_legacy_text_api_path(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     score = json.loads((tmp_path / "runs" / "l" / "score.json").read_text())
     assert score["metrics"] == {"score": 1.0} and score["n_tasks"] == 4
+
+
+def test_runner_options_reach_load_tasks_and_a_later_score(tmp_path: Path) -> None:
+    SEEN_OPTIONS.clear()
+    assert (
+        invoke(
+            extra_cli,
+            "--model",
+            "wrong",
+            "--run-id",
+            "r",
+            "--limit",
+            "2",
+            "--backend",
+            "triton",
+            "--no-feedback",
+            tmp=tmp_path,
+        ).exit_code
+        == 0
+    )
+    want = {"backend": "triton", "feedback": False}
+    assert ("load_tasks", want) in SEEN_OPTIONS and ("score", want) in SEEN_OPTIONS
+    SEEN_OPTIONS.clear()
+    res = CliRunner().invoke(extra_cli, ["score", "--run-id", "r", "--output-dir", str(tmp_path / "runs")])
+    assert res.exit_code == 0, res.output
+    assert SEEN_OPTIONS == [("score", want)]  # re-scoring sees the flags the run was started with

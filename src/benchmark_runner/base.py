@@ -63,6 +63,7 @@ class BenchmarkRunner(ABC):
     def __init__(self, service: ServiceClient | None = None, dataset_name: str | None = None) -> None:
         self.service = service
         self.dataset_name = dataset_name or self.NAME
+        self.options: dict[str, Any] = {}
 
     # ---- hooks the author writes -----------------------------------------------------------
 
@@ -98,6 +99,15 @@ class BenchmarkRunner(ABC):
         identity, so resuming with a different value is refused like a different model would be.
         """
         return []
+
+    def configure(self, options: dict[str, Any]) -> None:
+        """Receive the values of :meth:`cli_options` before any task is loaded.
+
+        ``run`` passes the flags given now; ``evaluate``/``score`` pass the ones the run was started
+        with, so ``load_tasks`` and ``score`` see the same options as ``generate`` (which also gets
+        them in ``LLMConfig.extra``).
+        """
+        self.options = dict(options)
 
     def load_problem(self, path: Path) -> Task:
         """One task from ``--problem FILE``: a JSON object, or a JSONL file holding exactly one task.

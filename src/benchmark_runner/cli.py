@@ -156,6 +156,7 @@ async def _with_runner(
     service_required: bool,
     dataset_name: str | None,
     body: Callable[[BenchmarkRunner], Awaitable[R]],
+    options: dict[str, Any] | None = None,
 ) -> R:
     """Resolve the service, build the runner around a client, run ``body``; close everything after."""
     async with service_endpoint(adapter_cls, service_url, service_required) as url:
@@ -163,6 +164,7 @@ async def _with_runner(
             await check_service(url)
         client = _client(url)
         runner = adapter_cls(service=client, dataset_name=dataset_name)
+        runner.configure(options or {})
         try:
             return await body(runner)
         finally:
@@ -256,6 +258,12 @@ def read_run_config(artifacts: RunArtifacts) -> RunConfig:
         return parse_stored_config(raw, str(artifacts.config_path))
     except ConfigMismatch as exc:
         raise FatalError(str(exc)) from exc
+
+
+def stored_options(adapter_cls: type[BenchmarkRunner], config: RunConfig) -> dict[str, Any]:
+    """The runner's own flags as the run was started (kept in ``config.json``)."""
+    names = {o.name for o in adapter_cls.cli_options() if o.name}
+    return {k: v for k, v in config.generation_options.items() if k in names}
 
 
 def stored_tasks(adapter_cls: type[BenchmarkRunner], artifacts: RunArtifacts) -> list[Task]:
@@ -450,8 +458,11 @@ def make_cli(adapter_cls: type[BenchmarkRunner], default_dataset_file: Path | No
         async def body(runner: BenchmarkRunner) -> ScoreResult:
             return await score_run(runner, artifacts, task_ids, config.model)
 
+        options = stored_options(adapter_cls, config)
         result = _run_async(
-            lambda: _with_runner(adapter_cls, service_url, needs_service(adapter_cls), dataset_name, body)
+            lambda: _with_runner(
+                adapter_cls, service_url, needs_service(adapter_cls), dataset_name, body, options
+            )
         )
         print_score(result, artifacts)
 
@@ -641,7 +652,9 @@ def execute_run(adapter_cls: type[BenchmarkRunner], args: RunArgs, default_datas
             return EXIT_TASKS_FAILED
         return EXIT_OK
 
-    return _run_async(lambda: _with_runner(adapter_cls, args.service_url, required, args.dataset_name, body))
+    return _run_async(
+        lambda: _with_runner(adapter_cls, args.service_url, required, args.dataset_name, body, args.extra)
+    )
 
 
 def execute_evaluate(
@@ -684,7 +697,8 @@ def execute_evaluate(
         return EXIT_TASKS_FAILED if stats.failed_ids else EXIT_OK
 
     required = needs_service(adapter_cls, dataset_name)
-    return _run_async(lambda: _with_runner(adapter_cls, service_url, required, dataset_name, body))
+    options = stored_options(adapter_cls, config)
+    return _run_async(lambda: _with_runner(adapter_cls, service_url, required, dataset_name, body, options))
 
 
 def dump_json(data: Any) -> str:
