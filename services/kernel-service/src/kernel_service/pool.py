@@ -53,7 +53,9 @@ def unshare_available() -> bool:
 
 
 def _unshare_prefix(exe: str) -> list[str]:
-    prefix = [exe, "--pid", "--fork", "--kill-child", "--net"]
+    # A new PID namespace needs its own /proc: without it cuInit fails (CUDA_ERROR_OPERATING_SYSTEM, 304)
+    # and torch silently sees no GPU (measured on the H100 host, bench/results/unshare_cuda_probe.txt).
+    prefix = [exe, "--pid", "--fork", "--kill-child", "--net", "--mount", "--mount-proc"]
     if os.geteuid() != 0:
         prefix.append("--map-root-user")  # an unprivileged user needs a user namespace for the others
     return prefix

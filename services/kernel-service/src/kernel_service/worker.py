@@ -167,6 +167,11 @@ def main(argv: list[str] | None = None) -> int:
     from . import harness
 
     env = harness.probe_environment()
+    gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    if gpu and env.device != "cuda":
+        # Never time a "GPU" evaluation on the CPU: a sandbox or driver problem must stop the service.
+        sys.stderr.write(f"GPU {gpu} was assigned to this worker but CUDA is unavailable inside it\n")
+        sys.exit(3)
     if env.device == "cuda" and not os.environ.get("TORCH_CUDA_ARCH_LIST"):
         major, minor = torch.cuda.get_device_capability(0)
         os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"
