@@ -90,6 +90,7 @@ def main() -> int:
     honest = (GPU_CASES / "honest_gpu.py").read_text()
     refs = {p.stem: p.read_text() for p in GPU_CASES.glob("ref_*.py")}
     rows: list[dict[str, Any]] = []
+    isolation: Any = None  # the workers' sandbox layers, as every answer reports them
     t_start = time.monotonic()
     with (
         start_server(app, startup_timeout=300) as server,
@@ -115,6 +116,7 @@ def main() -> int:
                 json={"reference": refs["ref_gpu_matmul"], "solution": honest, "options": OPTIONS},
             ).json()
             healthy = health.get("outcome") == "correct" and 0.5 < (health.get("speedup") or 0) < 2.0
+            isolation = isolation or health.get("isolation")
             rows.append(
                 {
                     "case": name,
@@ -146,6 +148,7 @@ def main() -> int:
                 "host": platform.node(),
                 "versions": versions,
                 "total_s": round(time.monotonic() - t_start, 1),
+                "isolation": isolation,
                 "cases": rows,
             },
             indent=2,
@@ -154,6 +157,7 @@ def main() -> int:
     print("\n| case | outcome | defended | next honest |\n|---|---|---|---|")
     for r in rows:
         print(f"| {r['case']} | {r['shown']} | {'yes' if r['defended'] else 'NO'} | {r['next_honest']} |")
+    print(f"\nisolation: {json.dumps(isolation)}")
     return 0 if all(r["defended"] and r["service_healthy"] for r in rows) else 1
 
 

@@ -10,18 +10,14 @@ from typing import Any
 
 import httpx
 import pytest
-from adv_helpers import assert_healthy, evaluate, needs, source
+from adv_helpers import assert_healthy, evaluate, source
 
 PATCHING: list[Any] = [
-    pytest.param(
-        "thread_offload", id="thread_offload", marks=needs("6 snapshot+compare every timed output, 13")
-    ),
-    pytest.param("patch_perf_counter", id="patch_perf_counter", marks=needs("5 PatchGuard, 13 recycle")),
-    pytest.param(
-        "patch_harness_compare", id="patch_harness_compare", marks=needs("5 PatchGuard, 13 recycle")
-    ),
-    pytest.param("patch_timer", id="patch_timer", marks=needs("5 PatchGuard, 13 recycle")),
-    pytest.param("slow_reference", id="slow_reference", marks=needs("5 PatchGuard, 13 recycle")),
+    pytest.param("thread_offload", id="thread_offload"),
+    pytest.param("patch_perf_counter", id="patch_perf_counter"),
+    pytest.param("patch_harness_compare", id="patch_harness_compare"),
+    pytest.param("patch_timer", id="patch_timer"),
+    pytest.param("slow_reference", id="slow_reference"),
 ]
 
 

@@ -12,23 +12,18 @@ from typing import Any
 
 import httpx
 import pytest
-from adv_helpers import FSIZE, AdversarialService, assert_healthy, evaluate, needs, source
+from adv_helpers import FSIZE, AdversarialService, assert_healthy, evaluate, source
 
 # ---- speed and correctness cheats -----------------------------------------------------------------
 
 CHEATS: list[Any] = [
-    pytest.param("last_call_only", {}, id="last_call_only", marks=needs("6 compare every timed output")),
-    pytest.param("lazy_subclass", {}, id="lazy_subclass", marks=needs("7 output_violation")),
+    pytest.param("last_call_only", {}, id="last_call_only"),
+    pytest.param("lazy_subclass", {}, id="lazy_subclass"),
     pytest.param("bf16_compute", {}, id="bf16_compute"),
     pytest.param("checked_seeds_only", {}, id="checked_seeds_only"),
     pytest.param("mutate_inputs", {}, id="mutate_inputs"),
     pytest.param("steal_reference_output", {"perf_trials": 9}, id="steal_reference_output"),
-    pytest.param(
-        "zero_reference_weights",
-        {},
-        id="zero_reference_weights",
-        marks=needs("9 PatchGuard model fingerprint"),
-    ),
+    pytest.param("zero_reference_weights", {}, id="zero_reference_weights"),
 ]
 
 
@@ -58,7 +53,6 @@ def test_default_fp32_tolerance_is_tight(client: httpx.Client) -> None:
     assert loose.atol == loose.rtol == 0.5  # whatever the verdict, the answer says how loose it was
 
 
-@needs("10 uses_custom_kernel in the response")
 def test_reference_op_is_reported_as_no_custom_kernel(client: httpx.Client) -> None:
     res, body = evaluate(client, source("reference_op_only"))
     assert res.outcome == "correct", res.message  # it is right: the flag, not the verdict, tells
@@ -68,14 +62,12 @@ def test_reference_op_is_reported_as_no_custom_kernel(client: httpx.Client) -> N
 # ---- escapes and faults ---------------------------------------------------------------------------
 
 
-@needs("1 worker_environment allow-list + 2 Landlock + 3 private /proc")
 def test_secrets_do_not_leak(adv: AdversarialService, client: httpx.Client) -> None:
     res, body = evaluate(client, source("read_secrets", marker=adv.marker, keys_file=adv.keys_file))
     assert res.outcome == "correct", res.message
     assert adv.marker not in body, f"a secret of the service leaked into the answer:\n{res.output}"
 
 
-@needs("2 Landlock in the worker")
 def test_other_workers_files_are_out_of_reach(adv: AdversarialService, client: httpx.Client) -> None:
     planted, _ = evaluate(client, source("plant_file", marker=adv.marker))
     assert planted.outcome == "correct", planted.message
@@ -125,7 +117,6 @@ def _marker_processes(marker: str) -> list[int]:
     return pids
 
 
-@needs("12 subreaper + kill_leftover_processes")
 def test_no_lingering_processes(adv: AdversarialService, client: httpx.Client) -> None:
     marker = adv.marker + "linger"
     try:

@@ -61,10 +61,10 @@ _common = [
     ),
     click.option(
         "--sandbox",
-        type=click.Choice(["auto", "unshare", "none"]),
+        type=click.Choice(["auto", "bwrap", "unshare", "none"]),
         default="auto",
         show_default=True,
-        help="run workers in their own PID + network namespaces (unshare)",
+        help="launcher giving each worker its own PID, network and mount namespaces (auto: bwrap, else unshare)",
     ),
 ]
 
@@ -93,6 +93,38 @@ def main() -> None:
     help="KernelBench checkout dir or problems .jsonl (repeatable)",
 )
 @click.option("--max-body-mb", default=16, show_default=True, type=click.IntRange(1, 1024))
+@click.option(
+    "--build-cache-max-gb",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="evict least-recently-used builds past this size (default: unbounded)",
+)
+@click.option(
+    "--result-cache/--no-result-cache",
+    default=True,
+    show_default=True,
+    help="answer identical resubmissions from earlier verdicts (never timeouts or sandbox errors)",
+)
+@click.option(
+    "--result-cache-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="keep cached verdicts here across restarts (default: memory only)",
+)
+@click.option(
+    "--executor",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="local worker subprocesses, or compile/eval actors on a Ray cluster",
+)
+@click.option(
+    "--address",
+    "ray_address",
+    default="local",
+    show_default=True,
+    help="with --executor ray: 'local' starts a Ray instance here; else a cluster address ('auto', 'ray://h:10001')",
+)
 @common_options
 def serve(
     host: str,
@@ -101,6 +133,11 @@ def serve(
     allowlist: Path | None,
     datasets: tuple[Path, ...],
     max_body_mb: int,
+    build_cache_max_gb: float | None,
+    result_cache: bool,
+    result_cache_dir: Path | None,
+    executor: str,
+    ray_address: str,
     gpus: str,
     workers: int,
     work_dir: Path | None,
@@ -115,7 +152,13 @@ def serve(
         config = ServiceConfig.from_files(api_keys, allowlist, max_body_bytes=max_body_mb * 1024 * 1024)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from exc
-    service = KernelService(_config(gpus, workers, work_dir, build_cache, sandbox, datasets))
+    cfg = _config(gpus, workers, work_dir, build_cache, sandbox, datasets)
+    cfg.build_cache_max_bytes = int(build_cache_max_gb * 1e9) if build_cache_max_gb else None
+    cfg.result_cache = result_cache
+    cfg.result_cache_dir = result_cache_dir
+    cfg.executor = "ray" if executor == "ray" else "local"
+    cfg.ray_address = ray_address
+    service = KernelService(cfg)
     run_server(make_app(service, config), host, port)
 
 

@@ -115,6 +115,9 @@ class _Watched:
     namespace: dict[str, Any]
     snapshot: dict[str, Any]
     inherited_from: tuple[type, ...] = ()  # for classes: a new key shadowing a base attribute is a patch
+    #: Tolerate plain data (bool/int/float/str/None) changing: torch flips module flags such as
+    #: ``torch.cuda._initialized`` itself. Never set for kernel_service or the reference.
+    data_may_change: bool = False
 
 
 @dataclass
@@ -132,12 +135,12 @@ class PatchGuard:
         for name in TRUSTED_MODULES:
             mod = sys.modules.get(name)
             if mod is not None:
-                guard.watch_namespace(name, mod)
+                guard.watch_namespace(name, mod, data_may_change=True)
         for mod_name, mod in list(sys.modules.items()):
             if mod_name.startswith("kernel_service") and isinstance(mod, types.ModuleType):
                 guard.watch_namespace(mod_name, mod)
         for label, klass in _trusted_classes():
-            guard.watch_namespace(label, klass)
+            guard.watch_namespace(label, klass, data_may_change=not label.startswith("kernel_service"))
         if reference is not None:
             guard.watch_namespace("reference module", reference)
             for name, obj in vars(reference).items():
@@ -149,13 +152,19 @@ class PatchGuard:
             guard.settings[label] = (getter, getter())
         return guard
 
-    def watch_namespace(self, label: str, obj: Any) -> None:
+    def watch_namespace(self, label: str, obj: Any, data_may_change: bool = False) -> None:
         ns = obj if isinstance(obj, dict) else getattr(obj, "__dict__", None)
         if ns is None:
             return
         bases = tuple(obj.__mro__[1:]) if isinstance(obj, type) else ()
         # mappingproxy for classes: reading it live is fine; the snapshot is a plain dict copy.
-        self.watched.append(_Watched(label, ns, dict(ns), bases))
+        self.watched.append(_Watched(label, ns, dict(ns), bases, data_may_change))
+
+    def rebase_values(self) -> None:
+        """Accept the model tensors' current values (call it right after a *reference* call): tensors the
+        reference itself updates (BatchNorm running stats) become exempt from the value check."""
+        for fp in self.fingerprints:
+            fp.rebase()
 
     def watch_model(self, model: Any, label: str = "reference model") -> None:
         """Watch a model instance: its attributes, submodules, parameters, buffers and their values."""
@@ -179,6 +188,8 @@ class PatchGuard:
             ns, snap = w.namespace, w.snapshot
             for key, value in snap.items():
                 now = ns.get(key, _MISSING)
+                if w.data_may_change and _is_data(value) and _is_data(now):
+                    continue
                 if now is not value and not _benign_wrapper(value, now):
                     found.append(f"{w.label}.{key} was {'deleted' if now is _MISSING else 'replaced'}")
             if len(ns) != len(snap):
@@ -203,6 +214,10 @@ class PatchGuard:
         return f"{sum(len(w.snapshot) for w in self.watched)} attributes in {len(self.watched)} namespaces"
 
 
+def _is_data(v: Any) -> bool:
+    return v is None or type(v) in (bool, int, float, str, bytes)
+
+
 def _torch_dir() -> str:
     import torch
 
@@ -210,13 +225,26 @@ def _torch_dir() -> str:
 
 
 def _benign_wrapper(old: Any, new: Any) -> bool:
-    """PyTorch re-wraps some of its own functions when a subsystem is imported (``torch._dynamo`` wraps
-    ``torch.manual_seed`` in ``_disable_dynamo``): a wrapper whose code lives in torch's own files and
-    whose ``__wrapped__`` is the original is the same function, not a patch."""
-    if getattr(new, "__wrapped__", None) is not old:
-        return False
+    """PyTorch re-wraps some of its own functions when a subsystem is imported or used (``torch._dynamo``
+    wraps ``torch.manual_seed`` in ``_disable_dynamo``; ``torch.compile`` wraps ``nn.Module.__init__``): a
+    wrapper whose code lives in torch's own files and that calls the original (``__wrapped__`` or a
+    closure cell) is the same function, not a patch."""
     code = getattr(new, "__code__", None)
-    return code is not None and code.co_filename.startswith(_torch_dir())
+    if code is None or not code.co_filename.startswith(_torch_dir()):
+        return False
+    if getattr(new, "__wrapped__", None) is old:
+        return True
+    # ``torch.compile`` (dynamo's install_generation_tagging_init) replaces ``nn.Module.__init__`` and
+    # ``__setstate__`` by closures over the originals, without ``__wrapped__``.
+    cells = getattr(new, "__closure__", None) or ()
+    return any(_cell_is(c, old) for c in cells)
+
+
+def _cell_is(cell: Any, obj: Any) -> bool:
+    try:
+        return bool(cell.cell_contents is obj)
+    except ValueError:  # an empty cell
+        return False
 
 
 @dataclass
@@ -225,14 +253,27 @@ class ModelFingerprint:
 
     label: str
     entries: list[tuple[str, Any, tuple[int, ...], float, float]]
+    #: Tensors the reference's own forward changes (seen by :meth:`rebase`): not value-checked.
+    volatile: set[str] = field(default_factory=set)
 
     @classmethod
     def of(cls, model: Any, label: str) -> ModelFingerprint:
         return cls(label, [(name, t, *_checksum(t)) for name, t in _tensors(model)])
 
+    def rebase(self) -> None:
+        fresh = []
+        for name, t, shape, s, a in self.entries:
+            now = _checksum(t)
+            if now != (shape, s, a) and not (now[0] == shape and _nan_equal(now[1:], (s, a))):
+                self.volatile.add(name)
+            fresh.append((name, t, *now))
+        self.entries = fresh
+
     def violations(self) -> list[str]:
         out = []
         for name, t, shape, s, a in self.entries:
+            if name in self.volatile:
+                continue
             now = _checksum(t)
             if now != (shape, s, a) and not (now[0] == shape and _nan_equal(now[1:], (s, a))):
                 out.append(f"{self.label} tensor {name!r} was modified in place")
@@ -401,7 +442,8 @@ class KernelProbe:
             return False
         verdict = self._module_verdict.get(module_name)
         if verdict is None:
-            mod = sys.modules.get(module_name.split(".")[0])
+            top = module_name.split(".")[0]
+            mod = sys.modules.get(top) or _find_module(top)
             path = getattr(mod, "__file__", None) or ""
             verdict = path.endswith((".so", ".pyd")) and not path.startswith(self._trusted)
             self._module_verdict[module_name] = verdict
@@ -434,6 +476,20 @@ class KernelProbe:
             return fn()
         finally:
             sys.setprofile(previous)
+
+
+def _find_module(name: str) -> types.ModuleType | None:
+    """A module object that is not in ``sys.modules``: ``load_inline`` imports the extension it built
+    through importlib without registering it there. Searched once per module name and probe."""
+    import gc
+
+    for obj in gc.get_objects():
+        try:
+            if isinstance(obj, types.ModuleType) and obj.__name__ == name:
+                return obj
+        except ReferenceError:  # a weak proxy whose referent is gone (torch.compile keeps some)
+            continue
+    return None
 
 
 def default_trusted_roots() -> list[str]:

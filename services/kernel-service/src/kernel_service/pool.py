@@ -1,18 +1,23 @@
 """Parent side of the workers: spawn, talk JSON over a pipe, time out, kill, replace.
 
 A :class:`WorkerProcess` is one persistent ``kernel_service.worker`` subprocess (warm: torch imported
-once) in its own session, optionally inside fresh PID + network namespaces (``unshare``), so a kill of
-its process group, or the death of its PID 1, takes every process the submission started with it.
+once) in its own session, inside fresh PID + network + mount namespaces where the host allows it
+(``sandbox.launch_prefix``: bubblewrap, else ``unshare``), with an allow-listed environment (never the
+service's secrets), so a kill of its process group, or the death of its PID 1, takes every process the
+submission started with it. The worker applies the in-process layers itself (rlimits, Landlock).
 A :class:`WorkerPool` hands out idle workers to jobs; a worker that timed out, crashed, broke the
-protocol or reported a poisoned CUDA context is killed and replaced, and the next job gets a fresh one.
+protocol, served ``max_jobs_per_worker`` jobs, or asked to be recycled (a fault, a patch or thread the
+solution left behind, leftover processes) is killed and replaced, and the next job gets a fresh one.
 Nothing a worker sends is unpickled: it is JSON, and the caller validates it with pydantic.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import json
+import logging
 import os
 import selectors
 import shutil
@@ -28,6 +33,8 @@ from typing import Any
 
 import anyio
 
+from . import sandbox
+from .sandbox import Launcher
 from .worker import FAULT_LOG_NAME, read_tail
 
 #: Longest JSON line accepted from a worker; results are excerpts, so anything bigger is a broken worker.
@@ -38,27 +45,39 @@ STARTUP_TIMEOUT_S = 180.0
 KILL_GRACE_S = 2.0
 
 _ids = itertools.count(1)
+logger = logging.getLogger(__name__)
 
 
 def unshare_available() -> bool:
-    """Whether ``unshare`` can give a worker its own PID and network namespaces here."""
-    exe = shutil.which("unshare")
-    if exe is None:
-        return False
-    try:
-        res = subprocess.run([*_unshare_prefix(exe), "true"], capture_output=True, timeout=10, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return res.returncode == 0
+    """Whether ``unshare`` can give a worker its own PID, network and mount namespaces here."""
+    return sandbox.available_launcher("unshare")[0] == "unshare"
 
 
 def _unshare_prefix(exe: str) -> list[str]:
     # A new PID namespace needs its own /proc: without it cuInit fails (CUDA_ERROR_OPERATING_SYSTEM, 304)
     # and torch silently sees no GPU (measured on the H100 host, bench/results/unshare_cuda_probe.txt).
-    prefix = [exe, "--pid", "--fork", "--kill-child", "--net", "--mount", "--mount-proc"]
-    if os.geteuid() != 0:
-        prefix.append("--map-root-user")  # an unprivileged user needs a user namespace for the others
-    return prefix
+    # sandbox._unshare_base keeps --mount --mount-proc (and adds --map-root-user when not root).
+    return sandbox._unshare_base(exe)
+
+
+SANDBOX_CHOICES = ("auto", "bwrap", "unshare", "none")
+
+
+def resolve_launcher(choice: str) -> tuple[Launcher, tuple[str, ...]]:
+    """The launcher for a pool's ``sandbox`` setting, and notes on layers that are missing.
+
+    ``auto`` takes the best one that works here (bubblewrap, else unshare, else none: the worker then
+    still has rlimits and Landlock, and its isolation report says what is missing). Naming a launcher
+    that does not work here is a configuration error, not a silent downgrade.
+    """
+    if choice not in SANDBOX_CHOICES:
+        raise ValueError(f"sandbox: expected one of {', '.join(SANDBOX_CHOICES)}, got {choice!r}")
+    if choice == "none":
+        return "none", ("sandbox disabled by configuration (sandbox='none')",)
+    launcher, why = sandbox.available_launcher(choice)
+    if choice != "auto" and launcher != choice:
+        raise RuntimeError(f"sandbox={choice!r} requested but it does not work here: {'; '.join(why)}")
+    return launcher, why
 
 
 @dataclass
@@ -71,8 +90,17 @@ class WorkerConfig:
     nproc: int | None = None
     address_space: int | None = None
     max_jobs_per_worker: int = 50
-    sandbox: str = "auto"  # "auto" | "unshare" | "none"
+    sandbox: str = "auto"  # "auto" | "bwrap" | "unshare" | "none"
     env: dict[str, str] = field(default_factory=dict)
+    #: Dirs a worker may write besides its own temp dir (the build cache); None: ``root / "build-cache"``.
+    writable: list[Path] | None = None
+    #: Extra dirs a worker may read (Landlock); system and Python dirs are always readable.
+    readable: list[Path] = field(default_factory=list)
+    #: Landlock in the worker (on by default; off only to diagnose a host where it breaks something).
+    landlock: bool = True
+
+    def writable_dirs(self) -> list[Path]:
+        return list(self.writable) if self.writable is not None else [self.root / "build-cache"]
 
 
 @dataclass
@@ -91,27 +119,54 @@ class Reply:
 class WorkerProcess:
     """One warm worker subprocess. Blocking API: call it from a thread."""
 
-    def __init__(self, config: WorkerConfig, device: str | None, use_unshare: bool) -> None:
+    def __init__(
+        self,
+        config: WorkerConfig,
+        device: str | None,
+        launcher: Launcher = "none",
+        notes: tuple[str, ...] = (),
+    ) -> None:
         self.config = config
         self.device = device  # a GPU index for CUDA_VISIBLE_DEVICES, or None (no GPU)
         self.worker_id = f"{config.role}-{device if device is not None else 'cpu'}-{next(_ids)}"
         self.tmp = config.root / "workers" / self.worker_id
         self.jobs_done = 0
         self.ready_info: dict[str, Any] | None = None
-        self._use_unshare = use_unshare
+        self.launcher: Launcher = launcher
+        self._notes = notes
+        self.writable: list[Path] = config.writable_dirs()  # what its Landlock domain may write
         self._buf = b""
         self._lock = threading.Lock()
         self.proc: subprocess.Popen[bytes] | None = None
         self._rfd: int | None = None
 
+    def can_write(self, path: Path) -> bool:
+        dirs = [d.resolve() for d in [self.tmp, *self.writable]]
+        return any(path == d or d in path.parents for d in dirs)
+
     def spawn(self) -> None:
         self.tmp.mkdir(parents=True, exist_ok=True)
         rfd, wfd = os.pipe()
-        env = dict(os.environ)
-        env.update(self.config.env)
-        env["CUDA_VISIBLE_DEVICES"] = self.device if self.device is not None else ""
-        env["TMPDIR"] = str(self.tmp)
-        env["PYTHONUNBUFFERED"] = "1"
+        writable = self.writable
+        for d in writable:
+            d.mkdir(parents=True, exist_ok=True)
+        # Allow-list: the service's API keys and tokens never reach a submission (H7 hook 1).
+        env = sandbox.worker_environment(
+            os.environ,
+            self.tmp,
+            {
+                **self.config.env,
+                "CUDA_VISIBLE_DEVICES": self.device if self.device is not None else "",
+                "PYTHONUNBUFFERED": "1",
+                "KS_SANDBOX_LAUNCHER": self.launcher,
+                "KS_SANDBOX_NOTES": "\n".join(self._notes),
+                "KS_SANDBOX_WRITABLE": os.pathsep.join(str(d) for d in writable),
+                "KS_SANDBOX_READABLE": os.pathsep.join(
+                    str(d) for d in [*_code_dirs(), *self.config.readable]
+                ),
+                "KS_SANDBOX_LANDLOCK": "1" if self.config.landlock else "0",
+            },
+        )
         cmd = [
             sys.executable,
             "-m",
@@ -129,10 +184,11 @@ class WorkerProcess:
             cmd += ["--nproc", str(self.config.nproc)]
         if self.config.address_space is not None:
             cmd += ["--address-space", str(self.config.address_space)]
-        if self._use_unshare:
-            exe = shutil.which("unshare")
-            assert exe is not None
-            cmd = [*_unshare_prefix(exe), *cmd]
+        # bwrap also hides the service's work dir (other workers' temp dirs), binding back only ours.
+        prefix = sandbox.launch_prefix(
+            self.launcher, writable=[self.tmp, *writable], hidden=[self.config.root]
+        )
+        cmd = [*prefix, *cmd]
         stderr = open(self.tmp / "worker-stderr.txt", "wb")  # noqa: SIM115 - handed to the child
         try:
             self.proc = subprocess.Popen(
@@ -228,8 +284,8 @@ class WorkerProcess:
             code = self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             return "worker closed its result pipe but did not exit"
-        if self._use_unshare and code > 128:
-            code = -(code - 128)  # unshare --fork reports a child killed by signal N as 128 + N
+        if self.launcher != "none" and code > 128:
+            code = -(code - 128)  # unshare --fork / bwrap report a child killed by signal N as 128 + N
         if code < 0:
             try:
                 name = signal.Signals(-code).name
@@ -292,6 +348,18 @@ class WorkerProcess:
         return self._rfd is None
 
 
+def _code_dirs() -> list[Path]:
+    """Where this package and ``benchmark_runner`` are imported from (the worker must read them)."""
+    dirs = [Path(__file__).resolve().parent.parent]
+    try:
+        import benchmark_runner
+
+        dirs.append(Path(benchmark_runner.__file__).resolve().parent.parent)
+    except ImportError:  # pragma: no cover - always installed with the service
+        pass
+    return dirs
+
+
 class WorkerPool:
     """Idle workers in a queue, one per slot; a job borrows one and gives back a live one."""
 
@@ -300,7 +368,10 @@ class WorkerPool:
             raise ValueError("a worker pool needs at least one slot")
         self.config = config
         self.devices = devices
-        self.use_unshare = {"auto": None, "unshare": True, "none": False}[config.sandbox]
+        if config.sandbox not in SANDBOX_CHOICES:
+            raise ValueError(f"sandbox: expected one of {', '.join(SANDBOX_CHOICES)}, got {config.sandbox!r}")
+        self.launcher: Launcher | None = None  # resolved (probed) in start()
+        self.launcher_notes: tuple[str, ...] = ()
         self._idle: asyncio.Queue[WorkerProcess] | None = None
         self._all: list[WorkerProcess] = []
         self.ready_info: dict[str, Any] | None = None
@@ -309,17 +380,42 @@ class WorkerPool:
     def size(self) -> int:
         return len(self.devices)
 
+    @property
+    def use_unshare(self) -> bool | None:
+        """Kept for callers of the older API: whether workers run under ``unshare``."""
+        return None if self.launcher is None else self.launcher == "unshare"
+
     def _new_worker(self, device: str | None) -> WorkerProcess:
-        assert self.use_unshare is not None
-        w = WorkerProcess(self.config, device, self.use_unshare)
+        assert self.launcher is not None
+        w = WorkerProcess(self.config, device, self.launcher, self.launcher_notes)
         w.spawn()  # starts importing torch now, in parallel with whatever the caller does next
         self._all.append(w)
         return w
 
     async def start(self) -> None:
-        if self.use_unshare is None:
-            self.use_unshare = await anyio.to_thread.run_sync(unshare_available)
+        if self.launcher is None:
+            self.launcher, self.launcher_notes = await anyio.to_thread.run_sync(
+                resolve_launcher, self.config.sandbox
+            )
         self._idle = asyncio.Queue()
+        try:
+            await self._start_workers()
+        except RuntimeError as exc:
+            if not self.config.landlock:
+                raise
+            # A worker that cannot start under Landlock (say, a GPU driver that needs a path outside the
+            # allow-list) must not take the service down: start without it, and say so in every
+            # answer's isolation report (``fallbacks``) and on stderr.
+            await self.close()
+            self._idle = asyncio.Queue()
+            self.config = dataclasses.replace(self.config, landlock=False)
+            note = f"Landlock disabled: a worker failed to start under it ({str(exc)[:500]})"
+            self.launcher_notes = (*self.launcher_notes, note)
+            logger.warning("%s pool: %s", self.config.role, note)
+            await self._start_workers()
+
+    async def _start_workers(self) -> None:
+        assert self._idle is not None
         workers = [self._new_worker(d) for d in self.devices]
         for w in workers:
             self.ready_info = await anyio.to_thread.run_sync(w.wait_ready)
@@ -328,10 +424,16 @@ class WorkerPool:
     async def run(self, job: dict[str, Any], timeout: float) -> tuple[Reply, float]:
         """Run ``job`` on an idle worker; returns the reply and the seconds spent waiting for one."""
         assert self._idle is not None, "pool not started"
+        needed = self._grant_build_dir(job)
         t0 = time.monotonic()
         worker = await self._idle.get()
         waited = time.monotonic() - t0
         try:
+            if needed is not None and not worker.can_write(needed):
+                # Started before its build cache was granted: replace it by one that may write there.
+                self._all.remove(worker)
+                await anyio.to_thread.run_sync(worker.close)
+                worker = self._new_worker(worker.device)
             reply = await anyio.to_thread.run_sync(worker.run, job, timeout)
         except BaseException:
             worker.kill()
@@ -343,6 +445,33 @@ class WorkerPool:
                 worker = self._new_worker(worker.device)
             self._idle.put_nowait(worker)
         return reply, waited
+
+    def _grant_build_dir(self, job: dict[str, Any]) -> Path | None:
+        """The job's build dir if workers must be able to write it, after granting its cache root.
+
+        A service should pass its build cache root in ``WorkerConfig.writable``; when it did not (its
+        cache lives elsewhere), the pool grants the build dir's parent (the cache root) to the workers it
+        starts from now on, unless that parent also holds the workers' own temp dirs (then the worker
+        falls back to a job-local build dir, see ``harness.usable_build_dir``).
+        """
+        raw = job.get("build_dir")
+        if not raw or not self.config.landlock:
+            return None
+        build_dir = Path(raw).resolve()
+        writable = [d.resolve() for d in self.config.writable_dirs()]
+        if any(build_dir == d or d in build_dir.parents for d in writable):
+            return build_dir
+        cache_root = build_dir.parent
+        workers_dir = (self.config.root / "workers").resolve()
+        if cache_root == workers_dir or cache_root in workers_dir.parents:
+            return None
+        self.config = dataclasses.replace(self.config, writable=[*self.config.writable_dirs(), cache_root])
+        logger.warning(
+            "%s pool: build cache %s was not in WorkerConfig.writable; granted to workers started from now on",
+            self.config.role,
+            cache_root,
+        )
+        return build_dir
 
     async def close(self) -> None:
         for w in list(self._all):

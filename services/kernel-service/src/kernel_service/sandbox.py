@@ -153,7 +153,7 @@ def worker_environment(
 ) -> dict[str, str]:
     """An allow-listed environment for a worker: no secrets of the service leak into a submission.
 
-    HOME, TMPDIR and the Triton/CUDA JIT caches point into the worker's temp dir (the only place it may
+    HOME, TMPDIR and the Triton/Inductor/CUDA JIT caches point into the worker's temp dir (the only place it may
     write besides the build cache).
     """
     env = {
@@ -166,6 +166,7 @@ def worker_environment(
             "HOME": str(tmp),
             "TMPDIR": str(tmp),
             "TRITON_CACHE_DIR": str(tmp / "triton-cache"),
+            "TORCHINDUCTOR_CACHE_DIR": str(tmp / "inductor-cache"),
             "CUDA_CACHE_PATH": str(tmp / "cuda-cache"),
             "XDG_CACHE_HOME": str(tmp / "cache"),
         }
@@ -313,6 +314,9 @@ def apply_landlock(policy: HardenPolicy, report: IsolationReport) -> None:
         rules += [(p, fs) for p in policy.writable]
         dev_rights = fs & (_READ | FS_WRITE_FILE | FS_TRUNCATE | FS_IOCTL_DEV)
         rules += [(Path("/dev"), dev_rights), (Path("/dev/shm"), fs)]
+        # CUDA's driver writes files of its own process in /proc while it initialises: without this,
+        # cuInit fails with 304 (measured on the H100 host). Only this process's dir, only file writes.
+        rules += [(Path(f"/proc/{os.getpid()}"), fs & (_READ | FS_WRITE_FILE | FS_TRUNCATE))]
         for path, rights in rules:
             _add_path_rule(libc, rfd, path, rights)
         if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:

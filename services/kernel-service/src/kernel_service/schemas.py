@@ -9,11 +9,13 @@ tolerance, hardware and versions. ``to_eval_result_data`` maps it onto the gener
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Discriminator, Field, RootModel, Tag, model_validator
 
 from benchmark_runner.schemas import EvalResultData, EvalStatus, StrictModel
+
+from .backendbench.schemas import BackendBenchEvalRequest
 
 #: Excerpts (compile logs, tracebacks, captured output) are cut to their last this-many characters.
 EXCERPT_CHARS = 4000
@@ -53,6 +55,11 @@ class EvalOptions(StrictModel):
         default=False,
         description="opt-in: reuse the service's cached reference timing (faster, but not interleaved with "
         "the candidate's trials, so drift between runs is not cancelled)",
+    )
+    use_result_cache: bool = Field(
+        default=True,
+        description="answer an identical earlier submission's verdict from the service's result cache "
+        "(false: always evaluate again)",
     )
 
     @model_validator(mode="after")
@@ -191,6 +198,16 @@ class KernelEvalResponse(StrictModel):
     elapsed: Elapsed = Field(default_factory=Elapsed)
     worker_id: str | None = None
     extension_cache_hit: bool | None = None
+    cached: bool = Field(
+        default=False,
+        description="answered from the result cache (an identical earlier submission's verdict)",
+    )
+    uses_custom_kernel: bool | None = Field(
+        default=None, description="whether the solution ran a custom kernel (extension, Triton, custom op)"
+    )
+    custom_kernels: list[str] = Field(default_factory=list, description="custom kernels the solution ran")
+    isolation: dict[str, Any] | None = Field(default=None, description="sandbox layers around the worker")
+    phases: dict[str, float] | None = Field(default=None, description="seconds per harness phase")
 
     @classmethod
     def failure(cls, outcome: Outcome, message: str, **fields: Any) -> KernelEvalResponse:
@@ -204,3 +221,40 @@ class KernelEvalResponse(StrictModel):
             outcome=self.outcome.value,
             details=self.model_dump(mode="json"),
         )
+
+
+# ---- one service, both benchmarks -------------------------------------------------------------------
+
+REQUEST_KINDS = ("kernelbench", "backendbench")
+
+
+def _request_kind(value: Any) -> str:
+    """The union's tag: ``kind``, defaulting to KernelBench so clients that never sent it keep working."""
+    kind = value.get("kind", "kernelbench") if isinstance(value, dict) else getattr(value, "kind", None)
+    return kind if isinstance(kind, str) else "kernelbench"
+
+
+class EvaluateAnyRequest(
+    RootModel[
+        Annotated[
+            Annotated[KernelEvalRequest, Tag("kernelbench")]
+            | Annotated[BackendBenchEvalRequest, Tag("backendbench")],
+            Discriminator(
+                _request_kind,
+                custom_error_type="invalid_kind",
+                custom_error_message=f"kind must be one of {list(REQUEST_KINDS)} (absent: 'kernelbench')",
+            ),
+        ]
+    ]
+):
+    """Body of ``POST /v1/evaluate``: a KernelBench or a BackendBench request, chosen by ``kind``."""
+
+    @property
+    def dataset(self) -> str:
+        """What the tenant allowlist is checked against (the framework reads ``body.dataset``)."""
+        return self.root.dataset
+
+
+class EvaluateAnyResponse(RootModel[KernelEvalResponse | EvalResultData]):
+    """Answer of ``POST /v1/evaluate``: a :class:`KernelEvalResponse`, or for BackendBench the generic
+    :class:`EvalResultData` (score = overall, the full BackendBench verdict under ``details``)."""

@@ -9,6 +9,7 @@ extension -> validate the worker's JSON with pydantic -> remember the reference 
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -20,20 +21,28 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, overload
 
+import anyio
 from pydantic import ValidationError
 
-from benchmark_runner.schemas import EvalStatus, ScoreRequest, ScoreResult, TaskScore
+from benchmark_runner.schemas import EvalResultData, EvalStatus, ScoreRequest, ScoreResult, TaskScore
 from benchmark_runner.service import BenchmarkService
 
+from .backendbench.schemas import BackendBenchEvalRequest, BackendBenchEvalResponse
+from .backendbench.service import suite_tasks
+from .build_cache import BUILT_MARKER, BuildCache
 from .datasets import ProblemStore
+from .executor import JobRunner
 from .metrics import TaskOutcome, kernelbench_metrics
 from .pool import KILL_GRACE_S, Reply, WorkerConfig, WorkerPool
+from .result_cache import ResultCache, result_key
 from .schemas import (
     COMPILED_BACKENDS,
     GPU_BACKENDS,
     Elapsed,
+    EvaluateAnyRequest,
+    EvaluateAnyResponse,
     KernelEvalRequest,
     KernelEvalResponse,
     Outcome,
@@ -51,7 +60,7 @@ PHASE_OUTCOME: dict[str, Outcome] = {
     "correctness": Outcome.EXECUTION_FAILURE,
     "timing": Outcome.EXECUTION_FAILURE,
 }
-BUILT_MARKER = ".kernel-service-built"
+__all__ = ["BUILT_MARKER", "BuildCache", "KernelService", "KernelServiceConfig", "RefTimingCache"]
 #: Bump when the timing method changes: cached reference timings of another method are not comparable.
 TIMING_VERSION = "1"
 
@@ -77,6 +86,16 @@ class KernelServiceConfig:
     dataset_sources: list[Path] = field(default_factory=list)
     work_dir: Path | None = None
     build_cache_dir: Path | None = None
+    #: Evict least-recently-used builds past this many bytes (None: unbounded).
+    build_cache_max_bytes: int | None = None
+    #: Answer identical resubmissions from a result cache (off by default for the library: an embedding
+    #: test that resubmits on purpose wants a fresh run; ``kernel-service serve`` turns it on).
+    result_cache: bool = False
+    result_cache_dir: Path | None = None
+    result_cache_max_entries: int = 10_000
+    #: "local": worker subprocesses on this host; "ray": compile and eval actors on a Ray cluster.
+    executor: Literal["local", "ray"] = "local"
+    ray_address: str | None = None  # "local" / None: start a local Ray; else an address ("auto", "ray://...")
     compile_step: bool = True
     ref_timing_cache: bool = True
     ref_timing_cache_file: Path | None = None
@@ -84,32 +103,6 @@ class KernelServiceConfig:
     max_jobs_per_worker: int = 50
     fsize_bytes: int = 1 << 30
     nproc: int | None = None
-
-
-class BuildCache:
-    """Content-addressed ``TORCH_EXTENSIONS_DIR`` per solution.
-
-    The key hashes the solution source, backend, torch/CUDA/Python versions and target arch: the same
-    submission resubmitted finds its built extension; any change gets a fresh dir (no rebuild races
-    between different solutions that reuse an extension name).
-    """
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        root.mkdir(parents=True, exist_ok=True)
-
-    def dir_for(self, solution: str, backend: str, versions: str) -> Path:
-        key = hashlib.sha256("\0".join([solution, backend, versions]).encode()).hexdigest()[:24]
-        return self.root / key
-
-    @staticmethod
-    def is_built(path: Path) -> bool:
-        return (path / BUILT_MARKER).exists()
-
-    @staticmethod
-    def mark_built(path: Path) -> None:
-        path.mkdir(parents=True, exist_ok=True)
-        (path / BUILT_MARKER).touch()
 
 
 class RefTimingCache:
@@ -151,20 +144,24 @@ class RefTimingCache:
 
 
 class KernelService(BenchmarkService):
+    """KernelBench and BackendBench evaluation behind one API; ``kind`` in the request picks the benchmark."""
+
     name: ClassVar[str] = "kernel"
-    evaluate_request_model = KernelEvalRequest
-    evaluate_response_model = KernelEvalResponse
+    evaluate_request_model = EvaluateAnyRequest
+    evaluate_response_model = EvaluateAnyResponse
 
     def __init__(self, config: KernelServiceConfig | None = None) -> None:
         self.config = config or KernelServiceConfig()
         self.gpus: list[int] = []
         self._own_work_dir: tempfile.TemporaryDirectory[str] | None = None
-        self.eval_pool: WorkerPool | None = None
-        self.compile_pool: WorkerPool | None = None
+        self.eval_pool: JobRunner | None = None
+        self.compile_pool: JobRunner | None = None
         self.problems = ProblemStore.from_sources(self.config.dataset_sources)
         self.ref_cache = RefTimingCache(self.config.ref_timing_cache_file)
         self.build_cache: BuildCache | None = None
+        self.result_cache: ResultCache | None = None
         self.env_info: dict[str, Any] = {}
+        self._ray: Any = None  # the RayCluster handle when executor == "ray"
 
     @property
     def has_gpu(self) -> bool:
@@ -172,7 +169,15 @@ class KernelService(BenchmarkService):
 
     async def startup(self) -> None:
         cfg = self.config
-        self.gpus = detect_gpus() if cfg.gpus is None else list(cfg.gpus)
+        if cfg.executor not in ("local", "ray"):
+            raise ValueError(f"executor: expected 'local' or 'ray', got {cfg.executor!r}")
+        if cfg.executor == "ray":
+            from .ray_executor import RayCluster
+
+            self._ray = await anyio.to_thread.run_sync(RayCluster.connect, cfg.ray_address)
+            self.gpus = self._ray.gpu_ids(cfg.gpus)
+        else:
+            self.gpus = detect_gpus() if cfg.gpus is None else list(cfg.gpus)
         if cfg.work_dir is None:
             self._own_work_dir = tempfile.TemporaryDirectory(prefix="kernel-service-")
             work = Path(self._own_work_dir.name)
@@ -180,24 +185,27 @@ class KernelService(BenchmarkService):
             work = Path(cfg.work_dir)
         work.mkdir(parents=True, exist_ok=True)
         self.build_cache = BuildCache(
-            Path(cfg.build_cache_dir) if cfg.build_cache_dir else work / "build-cache"
+            Path(cfg.build_cache_dir) if cfg.build_cache_dir else work / "build-cache",
+            max_bytes=cfg.build_cache_max_bytes,
         )
+        await anyio.to_thread.run_sync(self.build_cache.evict)  # a restart with a smaller limit trims it
+        if cfg.result_cache:
+            self.result_cache = ResultCache(cfg.result_cache_dir, cfg.result_cache_max_entries)
         eval_env = {"OMP_NUM_THREADS": str(cfg.cpu_threads), "MKL_NUM_THREADS": str(cfg.cpu_threads)}
         devices: list[str | None] = (
             [str(g) for g in self.gpus] if self.gpus else [None] * max(1, cfg.cpu_workers)
         )
-        self.eval_pool = WorkerPool(
-            WorkerConfig(
-                role="eval",
-                root=work,
-                max_jobs_per_worker=cfg.max_jobs_per_worker,
-                env=eval_env,
-                fsize_bytes=cfg.fsize_bytes,
-                nproc=cfg.nproc,
-                sandbox=cfg.sandbox,
-            ),
-            devices,
+        eval_config = WorkerConfig(
+            role="eval",
+            root=work,
+            max_jobs_per_worker=cfg.max_jobs_per_worker,
+            env=eval_env,
+            fsize_bytes=cfg.fsize_bytes,
+            nproc=cfg.nproc,
+            sandbox=cfg.sandbox,
+            writable=[self.build_cache.root],
         )
+        self.eval_pool = self._runner(eval_config, devices)
         await self.eval_pool.start()
         self.env_info = dict(self.eval_pool.ready_info or {})
         if cfg.compile_step:
@@ -206,30 +214,41 @@ class KernelService(BenchmarkService):
             compile_env = {"MAX_JOBS": str(max(1, cores // n))}
             if self.env_info.get("cuda_arch"):
                 compile_env["TORCH_CUDA_ARCH_LIST"] = str(self.env_info["cuda_arch"])
-            self.compile_pool = WorkerPool(
-                WorkerConfig(
-                    role="compile",
-                    root=work,
-                    max_jobs_per_worker=cfg.max_jobs_per_worker,
-                    env=compile_env,
-                    fsize_bytes=cfg.fsize_bytes,
-                    nproc=cfg.nproc,
-                    sandbox=cfg.sandbox,
-                ),
-                [None] * n,
+            compile_config = WorkerConfig(
+                role="compile",
+                root=work,
+                max_jobs_per_worker=cfg.max_jobs_per_worker,
+                env=compile_env,
+                fsize_bytes=cfg.fsize_bytes,
+                nproc=cfg.nproc,
+                sandbox=cfg.sandbox,
+                writable=[self.build_cache.root],
             )
+            self.compile_pool = self._runner(compile_config, [None] * n)
             await self.compile_pool.start()
+
+    def _runner(self, config: WorkerConfig, devices: list[str | None]) -> JobRunner:
+        if self._ray is not None:
+            runner: JobRunner = self._ray.pool(config, devices)
+            return runner
+        return WorkerPool(config, devices)
 
     async def shutdown(self) -> None:
         for pool in (self.eval_pool, self.compile_pool):
             if pool is not None:
                 await pool.close()
+        if self._ray is not None:
+            await anyio.to_thread.run_sync(self._ray.shutdown)
+            self._ray = None
         if self._own_work_dir is not None:
             self._own_work_dir.cleanup()
 
     # ---- datasets -----------------------------------------------------------------------------
 
     async def list_tasks(self, dataset: str) -> list[dict[str, Any]]:
+        """``backendbench-<suite>``: one task per op; anything else: the KernelBench problem store."""
+        if dataset.startswith("backendbench-"):
+            return await anyio.to_thread.run_sync(suite_tasks, dataset)
         return [p.as_task() for p in self.problems.dataset(dataset)]
 
     def _reference_source(self, request: KernelEvalRequest) -> str:
@@ -257,6 +276,15 @@ class KernelService(BenchmarkService):
             )
         )
 
+    def _environment(self) -> dict[str, Any]:
+        """What a cached verdict is valid for: the hardware and software that produced it."""
+        return {
+            "hardware": self.env_info.get("hardware"),
+            "versions": self._versions(),
+            "timing": TIMING_VERSION,
+            "threads": self.config.cpu_threads,
+        }
+
     def _base_fields(self, request: KernelEvalRequest) -> dict[str, Any]:
         return {
             "backend": request.backend,
@@ -264,13 +292,67 @@ class KernelService(BenchmarkService):
             "torch_version": self.env_info.get("torch_version"),
             "cuda_version": self.env_info.get("cuda_version"),
             "correctness_trials": request.options.correctness_trials,
+            "isolation": self.env_info.get("isolation"),
         }
 
-    async def evaluate(self, request: KernelEvalRequest) -> KernelEvalResponse:
+    @overload
+    async def evaluate(self, request: KernelEvalRequest) -> KernelEvalResponse: ...
+    @overload
+    async def evaluate(self, request: BackendBenchEvalRequest) -> EvalResultData: ...
+    @overload
+    async def evaluate(self, request: EvaluateAnyRequest) -> KernelEvalResponse | EvalResultData: ...
+
+    async def evaluate(
+        self, request: KernelEvalRequest | BackendBenchEvalRequest | EvaluateAnyRequest
+    ) -> KernelEvalResponse | EvalResultData:
+        """Dispatch on the request's kind: KernelBench -> :class:`KernelEvalResponse`, BackendBench ->
+        the generic :class:`EvalResultData` (score = overall, verdict under ``details``)."""
+        req = request.root if isinstance(request, EvaluateAnyRequest) else request
+        if isinstance(req, BackendBenchEvalRequest):
+            return (await self.evaluate_backendbench_request(req)).to_eval_result_data()
+        return await self.evaluate_kernelbench(req)
+
+    async def evaluate_kernelbench(self, request: KernelEvalRequest) -> KernelEvalResponse:
+        """A KernelBench evaluation, answered from the result cache when an identical one was judged."""
         started = time.monotonic()
         if self.eval_pool is None or self.build_cache is None:
             raise RuntimeError("KernelService.startup() was not called")
         reference = self._reference_source(request)
+        cache = self.result_cache if request.options.use_result_cache else None
+        if cache is None:
+            return (await self._evaluate_kernelbench(request, reference, started))[0]
+        key = result_key(
+            reference,
+            request.solution,
+            request.backend,
+            request.options.model_dump(mode="json"),
+            self._environment(),
+        )
+        hit = cache.get(key)
+        running = cache.inflight(key) if hit is None else None
+        if running is not None:
+            hit = await asyncio.shield(running)
+        if hit is not None:
+            hit.cached = True
+            hit.elapsed = Elapsed(total_s=time.monotonic() - started)
+            return hit
+        fut = cache.begin(key)
+        response: KernelEvalResponse | None = None
+        try:
+            response, replayable = await self._evaluate_kernelbench(request, reference, started)
+            if not replayable:
+                return response
+            cache.put(key, response)
+            return response
+        finally:
+            cache.end(key, fut, response if response is not None and replayable else None)
+
+    async def _evaluate_kernelbench(
+        self, request: KernelEvalRequest, reference: str, started: float
+    ) -> tuple[KernelEvalResponse, bool]:
+        """The verdict, and whether it may be replayed from the result cache: not when a worker died or
+        timed out (that says something about the host at that moment, not only about the submission)."""
+        assert self.eval_pool is not None and self.build_cache is not None
         opts = request.options
         base = self._base_fields(request)
         if not self.has_gpu and (request.backend in GPU_BACKENDS or opts.device == "cuda"):
@@ -279,21 +361,37 @@ class KernelService(BenchmarkService):
                 Outcome.REQUIRES_GPU,
                 f"{why} requires a CUDA GPU and this service has none; submit backend 'torch' or 'cpp' here",
                 **base,
-            )
+            ), False
 
         build_dir = self.build_cache.dir_for(request.solution, request.backend, self._versions())
+        with self.build_cache.pinned(build_dir):
+            return await self._evaluate_pinned(request, reference, started, build_dir, base)
+
+    async def _evaluate_pinned(
+        self,
+        request: KernelEvalRequest,
+        reference: str,
+        started: float,
+        build_dir: Path,
+        base: dict[str, Any],
+    ) -> tuple[KernelEvalResponse, bool]:
+        assert self.eval_pool is not None and self.build_cache is not None
+        opts = request.options
         cache_hit: bool | None = None
         compile_s = 0.0
         queue_s = 0.0
         if request.backend in COMPILED_BACKENDS and self.compile_pool is not None:
-            cache_hit = BuildCache.is_built(build_dir)
+            cache_hit = self.build_cache.lookup(build_dir)
             if not cache_hit:
                 early, compile_s, queue_s = await self._compile(request, build_dir, base)
                 if early is not None:
                     early.elapsed = Elapsed(
                         queue_s=queue_s, compile_s=compile_s, total_s=time.monotonic() - started
                     )
-                    return early
+                    early.extension_cache_hit = False
+                    # Only a definite build error (the compiler's own verdict) may be replayed.
+                    return early, early.compile_log is not None
+                await anyio.to_thread.run_sync(self.build_cache.evict)
 
         ref_key = None
         cached = None
@@ -339,7 +437,7 @@ class KernelService(BenchmarkService):
             and not response.ref_timing_cached
         ):
             self.ref_cache.put(ref_key, response.ref_timing)
-        return response
+        return response, reply.result is not None
 
     async def _compile(
         self, request: KernelEvalRequest, build_dir: Path, base: dict[str, Any]
@@ -349,7 +447,7 @@ class KernelService(BenchmarkService):
         Anything else that goes wrong while importing on the compile worker (e.g. the solution touches
         the GPU at import time) is not judged here: the device worker repeats the import and decides.
         """
-        assert self.compile_pool is not None
+        assert self.compile_pool is not None and self.build_cache is not None
         job = {
             "job_id": uuid.uuid4().hex[:12],
             "kind": "kernelbench",
@@ -387,14 +485,14 @@ class KernelService(BenchmarkService):
         res = reply.result
         compile_s = float(res.get("compile_s", 0.0))
         if res.get("ok"):
-            BuildCache.mark_built(build_dir)
+            self.build_cache.mark_built(build_dir)
             return None, compile_s, waited
         if res.get("build_error"):
             return (
                 KernelEvalResponse.failure(
                     Outcome.COMPILATION_FAILURE,
                     str(res.get("message", "build failed")),
-                    compile_log=res.get("compile_log"),
+                    compile_log=str(res.get("compile_log") or ""),  # a str marks the compiler's verdict
                     traceback=res.get("traceback"),
                     output=excerpt(res.get("output")),
                     worker_id=reply.worker_id,
@@ -435,7 +533,10 @@ class KernelService(BenchmarkService):
     # ---- scoring ------------------------------------------------------------------------------
 
     async def score(self, request: ScoreRequest) -> ScoreResult:
-        """KernelBench metrics over all tasks, and per level (task ids ``levelN/...``)."""
+        """KernelBench metrics over all tasks, and per level (task ids ``levelN/...``); for a
+        ``backendbench-*`` dataset, the mean score (= mean overall) and the share correct."""
+        if request.dataset.startswith("backendbench-"):
+            return await super().score(request)
         outcomes: list[tuple[str, TaskOutcome]] = []
         per_task = []
         for e in request.evaluations:
@@ -460,6 +561,39 @@ class KernelService(BenchmarkService):
         )
 
     # ---- BackendBench (H6) ----------------------------------------------------------------------
+
+    async def evaluate_backendbench_request(
+        self, request: BackendBenchEvalRequest
+    ) -> BackendBenchEvalResponse:
+        """One op's kernel on a (sandboxed) eval worker; a timeout or a dead worker becomes a verdict.
+
+        The same steps as ``backendbench.service.run_in_pool``, on whichever executor this service uses.
+        """
+        if self.eval_pool is None:
+            raise RuntimeError("KernelService.startup() was not called")
+        if not self.has_gpu and request.options.device == "cuda":
+            return BackendBenchEvalResponse.failure(
+                request, "requires_gpu", "device 'cuda' requires a CUDA GPU and this service has none"
+            )
+        job = {
+            "job_id": uuid.uuid4().hex[:12],
+            "kind": "backendbench",
+            "request": request.model_dump(mode="json"),
+        }
+        reply, _waited = await self.eval_pool.run(job, request.options.timeout_s + KILL_GRACE_S)
+        if reply.result is None:
+            outcome = "timeout" if reply.failure == "timeout" else "sandbox_error"
+            detail = reply.message or reply.failure or "no result"
+            if reply.output:
+                detail += f"; output tail: {reply.output[-500:]}"
+            return BackendBenchEvalResponse.failure(request, outcome, detail)
+        result = {k: v for k, v in reply.result.items() if k not in ("output", "recycle")}
+        try:
+            return BackendBenchEvalResponse.model_validate(result)
+        except ValidationError as exc:
+            return BackendBenchEvalResponse.failure(
+                request, "sandbox_error", f"the worker answered an invalid verdict: {exc}"
+            )
 
     async def evaluate_backendbench(
         self, request: dict[str, Any], timeout_s: float = 300.0

@@ -5,10 +5,14 @@ fd (never on stdout: the solution may print anything, so fds 1 and 2 point at a 
 parent only ever reads a bounded tail of). Messages: ``ready`` (once, after importing torch),
 ``phase`` (before each phase, so the parent can name what a crash interrupted) and ``result``.
 
-The worker lowers its own limits before running anything: no core dumps, a file-size cap (with
-SIGXFSZ ignored so an oversized write fails with EFBIG instead of killing the worker), optionally a
-process-count cap. The parent puts it in its own session/process group and kills the whole group on
-timeout.
+The worker hardens itself before it imports torch (``sandbox.harden_worker``): no core dumps, a
+file-size cap (with SIGXFSZ ignored so an oversized write fails with EFBIG instead of killing the
+worker), optionally a process-count cap, and Landlock (writes only to its temp dir and the build cache,
+reads only system and Python dirs, no TCP). It is a child subreaper, so a daemon a solution leaves
+behind is found and killed after the job. It asks to be recycled (``result["recycle"]``) after a fault,
+after leftover processes, or when a job left a patch on torch or the harness: a warm worker must judge
+the next submission with clean code. The parent puts it in its own session/process group and kills the
+whole group on timeout.
 """
 
 from __future__ import annotations
@@ -17,9 +21,7 @@ import argparse
 import faulthandler
 import json
 import os
-import resource
 import shutil
-import signal
 import sys
 import threading
 import time
@@ -27,22 +29,13 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from . import sandbox
+
 #: Name of the capture file (solution stdout/stderr) inside the worker's temp dir.
 #: Where a fatal signal's Python traceback goes (faulthandler), inside the worker's temp dir; the
 #: parent reads its tail when a worker dies.
 FAULT_LOG_NAME = "fault.txt"
 OUTPUT_TAIL_CHARS = 4000
-
-
-def set_limits(fsize_bytes: int, nproc: int | None, address_space: int | None) -> None:
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (fsize_bytes, fsize_bytes))
-    if nproc is not None:
-        # RLIMIT_NPROC counts every process of the *user*, and root is exempt: a guard, not a wall.
-        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
-    if address_space is not None:
-        resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
 
 
 class Channel:
@@ -70,6 +63,7 @@ class Capture:
         self.limit = limit
         self._tail = b""
         self._total = 0
+        self.thread_ident: int | None = None
 
     def __enter__(self) -> Capture:
         sys.stdout.flush()
@@ -82,6 +76,7 @@ class Capture:
         os.close(wfd)
         self._thread = threading.Thread(target=self._drain, args=(rfd,), daemon=True)
         self._thread.start()
+        self.thread_ident = self._thread.ident
         return self
 
     def _drain(self, rfd: int) -> None:
@@ -152,10 +147,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--address-space", type=int, default=None)
     args = parser.parse_args(argv)
 
-    set_limits(args.fsize, args.nproc, args.address_space)
+    tmp = Path(args.tmp)
+    policy = sandbox.policy_from_env(tmp)
+    policy.fsize_bytes = args.fsize
+    policy.nproc = args.nproc
+    policy.address_space = args.address_space
+    launcher: sandbox.Launcher = "none"
+    if os.environ.get("KS_SANDBOX_LAUNCHER") in ("bwrap", "unshare"):
+        launcher = "bwrap" if os.environ["KS_SANDBOX_LAUNCHER"] == "bwrap" else "unshare"
+    isolation = sandbox.harden_worker(policy, launcher=launcher)
+    isolation.fallbacks[:0] = [n for n in os.environ.get("KS_SANDBOX_NOTES", "").split("\n") if n]
+    sandbox.become_subreaper()
     channel = Channel(args.result_fd)
     os.set_inheritable(args.result_fd, False)  # children of the solution (compilers...) do not get it
-    tmp = Path(args.tmp)
     tmp.mkdir(parents=True, exist_ok=True)
     os.environ["TMPDIR"] = str(tmp)
     fault_log = open(tmp / FAULT_LOG_NAME, "w")  # noqa: SIM115 - open for the life of the worker
@@ -164,8 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     import torch  # the expensive import, paid once per worker
 
-    from . import harness
+    from . import harness, integrity
 
+    _preimport()
     env = harness.probe_environment()
     gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "")
     if gpu and env.device != "cuda":
@@ -185,8 +190,13 @@ def main(argv: list[str] | None = None) -> int:
             "cuda_version": env.cuda_version,
             "cuda_arch": os.environ.get("TORCH_CUDA_ARCH_LIST"),
             "startup_s": time.perf_counter() - t0,
+            "isolation": isolation.model_dump(),
         }
     )
+    iso = isolation.model_dump()
+    # What a job may not leave behind: patches on torch/the harness, threads (recycle when it does).
+    base_guard = integrity.PatchGuard.for_harness()
+    base_threads = integrity.thread_baseline()
     capture = Capture()
     stdin = sys.stdin.buffer
     while True:
@@ -210,6 +220,12 @@ def main(argv: list[str] | None = None) -> int:
                     lambda p, j=job_id: channel.send({"type": "phase", "job_id": j, "phase": p}),
                 )
             result["output"] = capture.tail()
+            if raw.get("kind", "kernelbench") == "kernelbench":  # its answer reports the sandbox layers
+                result["isolation"] = iso
+            left = _leftovers(base_guard, base_threads, capture)
+            if left:
+                result["recycle"] = True
+                sys.stderr.write(f"job {job_id}: recycling: {'; '.join(left[:3])}\n")
             channel.send({"type": "result", "job_id": job_id, "result": _fix_nonfinite(result)})
         except BaseException as exc:  # a harness failure must still answer, then the parent recycles us
             channel.send(
@@ -235,12 +251,39 @@ def _run_job(raw: dict[str, Any], jobdir: Path, env: Any, report: Any) -> dict[s
     if job.mode == "compile":
         return harness.compile_only(job, jobdir, env, report)
     result = harness.evaluate(job, jobdir, env, report)
-    result["recycle"] = env.device == "cuda" and result.get("outcome") in (
+    # A failure may have left CUDA (a sticky error) or torch in a bad state: start the next job clean.
+    result["recycle"] = result.get("outcome") in (
         "execution_failure",
         "initialization_failure",
         "unknown_error",
     )
     return result
+
+
+def _preimport() -> None:
+    """Import what solutions commonly import, before the baseline guard: a first import that re-wraps a
+    torch function (``torch._dynamo`` wraps ``torch.manual_seed``) is then part of the baseline."""
+    import importlib
+
+    for name in ("torch.utils.cpp_extension", "torch._dynamo", "triton"):
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - optional (no triton on a CPU box, say)
+            pass
+
+
+def _leftovers(guard: Any, threads: frozenset[int], capture: Capture) -> list[str]:
+    """Why this worker must not serve another job: processes, threads or patches a job left behind."""
+    found = []
+    killed = sandbox.kill_leftover_processes()
+    if killed:
+        found.append(f"killed {killed} leftover process(es)")
+    # The capture thread may outlive its job for a moment (a child held the pipe): not the solution's.
+    extra = set(sys._current_frames()) - threads - {threading.get_ident(), capture.thread_ident}
+    if extra:
+        found.append(f"{len(extra)} thread(s) left running")
+    found += guard.violations(check_values=False)
+    return found
 
 
 if __name__ == "__main__":

@@ -66,11 +66,19 @@ class BackendBenchService(BenchmarkService):
     evaluate_request_model = BackendBenchEvalRequest
     evaluate_response_model = EvalResultData
 
-    def __init__(self, pool: WorkerPool | None = None, workers: int = 1, sandbox: str = "auto") -> None:
+    def __init__(
+        self,
+        pool: WorkerPool | None = None,
+        workers: int = 1,
+        sandbox: str = "auto",
+        gpus: list[int] | None = None,
+    ) -> None:
+        """``gpus=None``: one worker per visible GPU (``workers`` CPU workers when there is none)."""
         self._shared = pool is not None
         self.pool = pool
         self.workers = workers
         self.sandbox = sandbox
+        self.gpus = gpus
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
 
     async def startup(self) -> None:
@@ -78,7 +86,11 @@ class BackendBenchService(BenchmarkService):
             self._tmp = tempfile.TemporaryDirectory(prefix="backendbench-service-")
             env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
             config = WorkerConfig(role="eval", root=Path(self._tmp.name), sandbox=self.sandbox, env=env)
-            self.pool = WorkerPool(config, [None] * self.workers)
+            from ..service import detect_gpus
+
+            gpus = detect_gpus() if self.gpus is None else self.gpus
+            devices: list[str | None] = [str(g) for g in gpus] if gpus else [None] * self.workers
+            self.pool = WorkerPool(config, devices)
             await self.pool.start()
 
     async def shutdown(self) -> None:
