@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 PY     := $(BIN)/python
 # The CPU build of torch lies on disk for pip; name it exactly so pip never pulls a CUDA build.
 TORCH_PIN ?= torch==2.13.0
-PACKAGES := -e ".[dev,torch]" -e services/kernel-service $(foreach r,$(wildcard runners/*-runner),-e $(r))
+PACKAGES := -e ".[dev,torch]" -e "services/kernel-service[ray]" $(foreach r,$(wildcard runners/*-runner),-e $(r))
 STAMP  := $(VENV)/.installed
 
 .PHONY: install test test-gpu lint typecheck demo bench clean
@@ -19,8 +19,10 @@ $(STAMP): pyproject.toml services/kernel-service/pyproject.toml $(wildcard runne
 	$(PY) -m pip install -q $(PACKAGES)
 	touch $(STAMP)
 
+# The root suite, then each runner's own suite from its own directory (as in its generated repo).
 test: install
 	$(BIN)/pytest -m "not gpu" -q
+	set -e; for r in $(wildcard runners/*-runner); do (cd $$r && $(abspath $(BIN))/pytest -m "not gpu" -q -p no:cacheprovider); done
 
 test-gpu: install
 	$(BIN)/pytest -m gpu -q

@@ -244,6 +244,14 @@ def test_status_score_evaluate_list_tasks_and_report(tmp_path: Path) -> None:
 
     res = runner.invoke(extra_cli, ["report", "--run-id", "r", "--output-dir", runs])
     assert res.output.strip() == "REPORT of r"
+    res = runner.invoke(extra_cli, ["report", "r", "--output-dir", runs])  # RUN_ID positional
+    assert res.exit_code == 0 and res.output.strip() == "REPORT of r"
+    res = runner.invoke(extra_cli, ["status", "r", "--run-id", "s", "--output-dir", runs])
+    assert res.exit_code == 2 and "two run ids" in res.output
+    res = runner.invoke(extra_cli, ["status", "--output-dir", runs])
+    assert res.exit_code == 2 and "missing the run id" in res.output
+    res = runner.invoke(extra_cli, ["status", "../x", "--output-dir", runs])
+    assert res.exit_code == 2 and "not a valid run id" in res.output
 
 
 def test_a_runner_adds_its_own_command() -> None:
@@ -295,3 +303,39 @@ def test_runner_options_reach_load_tasks_and_a_later_score(tmp_path: Path) -> No
     res = CliRunner().invoke(extra_cli, ["score", "--run-id", "r", "--output-dir", str(tmp_path / "runs")])
     assert res.exit_code == 0, res.output
     assert SEEN_OPTIONS == [("score", want)]  # re-scoring sees the flags the run was started with
+
+
+class SelfScoringRunner(ArithmeticRunner):
+    """Scores locally (overrides evaluate and score) yet ships a service its agent calls while generating."""
+
+    NAME = "selfscoring"
+
+    async def evaluate(self, task: Task, generation: GenerationResult) -> EvalResult:
+        SEEN_SERVICE.append(self.service.base_url if self.service else None)
+        return await super().evaluate(task, generation)
+
+    async def score(self, evaluations: list[EvalResult], model: str) -> ScoreResult:
+        return await super().score(evaluations, model)
+
+
+SEEN_SERVICE: list[str | None] = []
+
+
+def test_a_runner_with_its_own_service_gets_it_even_when_it_scores_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("BENCHMARK_SERVICE_URL", raising=False)
+    SEEN_SERVICE.clear()
+    res = invoke(
+        make_cli(SelfScoringRunner, DATA_FILE),
+        "--model",
+        "oracle",
+        "--run-id",
+        "r",
+        "--limit",
+        "2",
+        tmp=tmp_path,
+    )
+    assert res.exit_code == 0, res.output
+    assert "started embedded" in res.output
+    assert len(SEEN_SERVICE) == 2 and all(u and u.startswith("http://127.0.0.1:") for u in SEEN_SERVICE)

@@ -315,11 +315,15 @@ def generated(home: Path, tmp_path: Path) -> Path:
 
 def test_make_docker_build_shows_the_build_command(generated: Path) -> None:
     out = subprocess.run(
-        ["make", "-n", "docker-build"], cwd=generated, capture_output=True, text=True, check=True
+        ["make", "--no-print-directory", "-n", "docker-build"],
+        cwd=generated,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert out.stdout.strip() == "docker build -t my-bench-runner:latest ."
     out = subprocess.run(
-        ["make", "-n", "docker-run", "ARGS=run --model echo --run-id d"],
+        ["make", "--no-print-directory", "-n", "docker-run", "ARGS=run --model echo --run-id d"],
         cwd=generated,
         capture_output=True,
         text=True,
@@ -328,7 +332,9 @@ def test_make_docker_build_shows_the_build_command(generated: Path) -> None:
     assert out.stdout.startswith("docker run --rm")
     assert out.stdout.rstrip().endswith("my-bench-runner:latest run --model echo --run-id d")
     for target in ("install", "test", "lint", "typecheck"):
-        subprocess.run(["make", "-n", target], cwd=generated, capture_output=True, check=True)
+        subprocess.run(
+            ["make", "--no-print-directory", "-n", target], cwd=generated, capture_output=True, check=True
+        )
 
 
 def test_dockerfile_runs_as_non_root_with_the_runner_entrypoint(generated: Path) -> None:

@@ -16,6 +16,8 @@ Exit codes (also in ``--help``):
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import os
 import re
@@ -102,9 +104,15 @@ def default_run_id(runner_name: str, model: str) -> str:
 
 
 def needs_service(adapter_cls: type[BenchmarkRunner], dataset_name: str | None = None) -> bool:
-    """A runner needs a service unless it overrides both evaluate and score (and loads no service dataset)."""
+    """A runner needs a service unless it overrides both evaluate and score (and loads no service dataset).
+
+    A runner that ships its own service (overrides ``embedded_service``) always gets one: its agent
+    calls the service while it generates, not only in evaluate/score.
+    """
     return (
         dataset_name is not None
+        or inspect.getattr_static(adapter_cls, "embedded_service")
+        is not inspect.getattr_static(BenchmarkRunner, "embedded_service")
         or adapter_cls.evaluate is BenchmarkRunner.evaluate
         or adapter_cls.score is BenchmarkRunner.score
     )
@@ -321,8 +329,9 @@ def _dataset_options(f: Callable[..., Any]) -> Callable[..., Any]:
     f = click.option("--dataset-name", help="load tasks from the benchmark service's dataset NAME")(f)
     f = click.option(
         "--dataset-file",
-        type=click.Path(exists=True, dir_okay=False, path_type=Path),
-        help="load tasks from this file (default: the runner's bundled data)",
+        # A directory is passed through too: some runners read a dataset checkout (e.g. KernelBench/).
+        type=click.Path(exists=True, path_type=Path),
+        help="load tasks from this file or directory (default: the runner's bundled data)",
     )(f)
     return f
 
@@ -337,15 +346,28 @@ def _service_option(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _run_dir_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    f = click.option(
+    """``--output-dir`` and the run id, given as ``RUN_ID`` or ``--run-id RUN_ID`` (not both)."""
+
+    @functools.wraps(f)
+    def merged(*args: Any, run_id: str | None, run_id_arg: str | None, **kwargs: Any) -> Any:
+        if run_id and run_id_arg and run_id != run_id_arg:
+            raise click.UsageError(f"two run ids: RUN_ID {run_id_arg!r} and --run-id {run_id!r}; give one")
+        chosen = run_id or run_id_arg
+        if chosen is None:
+            raise click.UsageError("missing the run id: give RUN_ID or --run-id RUN_ID")
+        return f(*args, run_id=chosen, **kwargs)
+
+    g: Callable[..., Any] = click.option(
         "--output-dir",
         type=click.Path(file_okay=False, path_type=Path),
         default=Path("runs"),
         show_default=True,
         help="where run directories live",
-    )(f)
-    f = click.option("--run-id", required=True, callback=_check_run_id, help="the run's directory name")(f)
-    return f
+    )(merged)
+    g = click.option(
+        "--run-id", callback=_check_run_id, help="the run's directory name (or give it as RUN_ID)"
+    )(g)
+    return click.argument("run_id_arg", metavar="RUN_ID", required=False, callback=_check_run_id)(g)
 
 
 # ---- the group -----------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Shared fixtures: the backendbench runner on sys.path, and one real BackendBench service per session."""
+"""Shared fixtures: the backendbench runner on sys.path, and one real kernel service per session."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ if str(RUNNER_ROOT) not in sys.path:
 
 @pytest.fixture(scope="session")
 def backendbench_service_url() -> Iterator[str]:
-    """A real HTTP service whose evaluations run in a real sandboxed worker subprocess."""
-    from kernel_service.backendbench.service import BackendBenchService
+    """The runner's service (the kernel service) over real HTTP; evaluations run in a sandboxed worker."""
+    from backendbench_runner.service import make_service
 
     from benchmark_runner.service import make_app
     from benchmark_runner.service.server import start_server
 
-    with start_server(make_app(BackendBenchService(workers=1))) as server:
+    with start_server(make_app(make_service())) as server:
         yield server.url

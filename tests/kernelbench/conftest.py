@@ -20,12 +20,15 @@ SAMPLE = RUNNER_ROOT / "kernelbench_runner" / "data" / "sample.jsonl"
 
 @pytest.fixture(scope="session")
 def kernel_service_url() -> Iterator[str]:
-    """A real KernelService (CPU only, one eval worker) behind the real HTTP app."""
+    """A real KernelService (CPU only, one eval worker) behind the real HTTP app; it also hosts the
+    upstream-problem fixtures as service datasets (``--dataset-name level1``...)."""
     from kernel_service.service import KernelService, KernelServiceConfig
 
     from benchmark_runner.service import make_app, start_server
 
-    service = KernelService(KernelServiceConfig(gpus=[], cpu_workers=1))
+    service = KernelService(
+        KernelServiceConfig(gpus=[], cpu_workers=1, dataset_sources=[FIXTURES / "upstream_problems.jsonl"])
+    )
     with start_server(make_app(service)) as server:
         yield server.url
 

@@ -1,26 +1,30 @@
 """The multi-turn loop: ask for ``<op>_kernel_impl``, evaluate it on the service, feed failures back.
 
-Turn n's kernel is saved as ``kernels/<op>/turn_<n>.py`` (upstream's ``kernel_dir`` layout, one folder
-per op). With ``--feedback until_correct`` the loop stops at the first correct kernel or after
-``--max-turns``; with ``--feedback none`` the model answers once. The last kernel is the payload.
+Turn n's kernel is saved as ``<run dir>/kernels/<op>/turn_<n>.py`` (upstream's ``kernel_dir``, one folder
+per op; ``--kernel-dir`` moves the root). With ``--feedback until_correct`` the loop stops at the first
+correct kernel or after ``--max-turns``; with ``--feedback none`` the model answers once. The last kernel
+is the payload the run evaluates.
 """
 
 from __future__ import annotations
 
 import re
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from benchmark_runner.artifacts import LOGS_DIR
 from benchmark_runner.llm import ChatClient, LLMConfig
-from benchmark_runner.schemas import GenerationResult, GenerationStatus, Task, TokenUsage, Turn
+from benchmark_runner.schemas import GenerationResult, GenerationStatus, TokenUsage, Turn
 
-from .prompts import feedback_message, initial_messages
-
-if TYPE_CHECKING:
-    from .benchmark import BackendBenchRunner
+from .options import RunOptions
+from .prompts import feedback_message, function_name, initial_messages
 
 _CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
+
+#: ``evaluate_fn(source)`` -> the verdict's details (outcome, correctness, performance, feedback, inputs).
+EvaluateFn = Callable[[str], Awaitable[dict[str, Any]]]
 
 
 def extract_code(content: str | None, function: str) -> str | None:
@@ -36,29 +40,36 @@ def extract_code(content: str | None, function: str) -> str | None:
     return content if f"def {function}" in content else None
 
 
-def kernel_dir(log_dir: Path, config: LLMConfig) -> Path:
-    """Where kernels go: ``--kernel-dir`` if given, else ``<task log dir>/kernels``."""
-    root = config.extra.get("kernel_dir")
-    return Path(root) if root else log_dir / "kernels"
+def kernel_root(log_dir: Path, options: RunOptions) -> Path:
+    """``--kernel-dir`` if given, else ``<run dir>/kernels`` (``log_dir`` is ``<run dir>/logs/<task>``)."""
+    if options.kernel_dir:
+        return Path(options.kernel_dir)
+    if log_dir.parent.name == LOGS_DIR:
+        return log_dir.parent.parent / "kernels"
+    return log_dir / "kernels"  # called outside a run (tests, notebooks)
 
 
-def save_kernel(runner: Any, task: Task, log_dir: Path, turn: int, source: str, config: LLMConfig) -> Path:
-    op = getattr(task, "op", task.question)
-    path = kernel_dir(log_dir, config) / op / f"turn_{turn}.py"
+def save_kernel(log_dir: Path, options: RunOptions, op: str, turn: int, source: str) -> Path:
+    path = kernel_root(log_dir, options) / op / f"turn_{turn}.py"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(source)
+    path.write_text(source, encoding="utf-8")
     return path
 
 
 async def run_agent(
-    runner: BackendBenchRunner, task: Task, model: str, config: LLMConfig, log_dir: Path
+    op: str,
+    suite: str,
+    task_id: str,
+    model: str,
+    config: LLMConfig,
+    options: RunOptions,
+    log_dir: Path,
+    evaluate_fn: EvaluateFn | None,
 ) -> GenerationResult:
-    op: str = task.op  # type: ignore[attr-defined]
-    suite: str = task.suite  # type: ignore[attr-defined]
-    function = op.replace(".", "__") + "_kernel_impl"
-    feedback_mode = config.extra.get("feedback", "until_correct")
-    max_turns = config.max_turns if feedback_mode != "none" else 1
-    messages = initial_messages(op, suite)
+    """Ask ``model`` for a kernel, up to ``config.max_turns`` times while the verdict is not correct."""
+    function = function_name(op)
+    max_turns = config.max_turns if options.feedback == "until_correct" and evaluate_fn else 1
+    messages = initial_messages(op, suite, options.backend)
     turns: list[Turn] = []
     usage = TokenUsage()
     source: str | None = None
@@ -69,14 +80,15 @@ async def run_agent(
         for n in range(max_turns):
             answer = await client.chat(messages)
             usage = usage + answer.usage
-            turn = Turn(
-                index=n,
-                messages=list(messages),
-                response=answer.content,
-                usage=answer.usage,
-                latency_s=answer.latency_s,
+            turns.append(
+                Turn(
+                    index=n,
+                    messages=list(messages),
+                    response=answer.content,
+                    usage=answer.usage,
+                    latency_s=answer.latency_s,
+                )
             )
-            turns.append(turn)
             messages.append(answer.assistant_message())
             code = extract_code(answer.content, function)
             if code is None:
@@ -84,18 +96,20 @@ async def run_agent(
                 messages.append(
                     {
                         "role": "user",
-                        "content": f"Your answer contained no Python code block defining `{function}`. Answer with one ```python block.",
+                        "content": f"Your answer contained no Python code block defining `{function}`. "
+                        "Answer with one ```python block.",
                     }
                 )
                 continue
             source, error = code, None
-            save_kernel(runner, task, log_dir, n, code, config)
-            if max_turns == 1 or runner.service is None:
+            path = save_kernel(log_dir, options, op, n, code)
+            if max_turns == 1 or evaluate_fn is None:
                 break
-            verdict = await runner.evaluate_source(task, code)
+            verdict = await evaluate_fn(code)
             history.append(
                 {
                     "turn": n,
+                    "kernel": str(path),
                     "outcome": verdict.get("outcome"),
                     "correctness": verdict.get("correctness"),
                     "performance": verdict.get("performance"),
@@ -105,7 +119,7 @@ async def run_agent(
                 break
             messages.append({"role": "user", "content": feedback_message(verdict, function)})
     return GenerationResult(
-        task_id=task.id,
+        task_id=task_id,
         model=model,
         payload=source,
         payload_type="code",
@@ -114,5 +128,11 @@ async def run_agent(
         usage=usage,
         latency_s=time.perf_counter() - started,
         error=None if source is not None else (error or "no kernel produced"),
-        metadata={"op": op, "suite": suite, "feedback": feedback_mode, "turn_verdicts": history},
+        metadata={
+            "op": op,
+            "suite": suite,
+            "feedback": options.feedback,
+            "backend": options.backend,
+            "turn_verdicts": history,
+        },
     )

@@ -9,14 +9,16 @@ itself and must come out as ``calls_original_op``: the check that the cheat dete
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from benchmark_runner.base import BenchmarkRunner, OfflineModel
 from benchmark_runner.llm import LLMConfig
 from benchmark_runner.schemas import GenerationResult, GenerationStatus, Task
 
-if TYPE_CHECKING:
-    from benchmark_runner.base import BenchmarkRunner
+from .agent import save_kernel
+from .options import RunOptions
+from .prompts import function_name
 
 HAND_WRITTEN: dict[str, str] = {
     "add": """
@@ -126,10 +128,6 @@ def softmax_kernel_impl(x, dim, dtype=None):
 }
 
 
-def function_name(op: str) -> str:
-    return op.replace(".", "__") + "_kernel_impl"
-
-
 def reference_source(op: str) -> str:
     """A kernel for ``op`` that is correct without calling the op itself."""
     packet, _, overload = op.partition(".")
@@ -163,16 +161,14 @@ def {function_name(op)}(*args, **kwargs):
 """
 
 
-def _offline(name: str, make_source: object) -> object:
+def _offline(name: str, make_source: Callable[[str], str]) -> OfflineModel:
     async def model(
         runner: BenchmarkRunner, task: Task, config: LLMConfig, log_dir: Path
     ) -> GenerationResult:
         started = time.perf_counter()
         op = getattr(task, "op", task.question)
-        source = make_source(op)  # type: ignore[operator]
-        from .agent import save_kernel
-
-        save_kernel(runner, task, log_dir, 0, source, config)
+        source = make_source(op)
+        save_kernel(log_dir, RunOptions.parse(config.extra), op, 0, source)
         return GenerationResult(
             task_id=task.id,
             model=name,

@@ -1,29 +1,38 @@
 """BackendBench runner: one task per PyTorch operator; the model writes ``<op>_kernel_impl``.
 
-Tasks come from the suites the kernel service defines (smoke, opinfo, torchbench, facto) or from a
-JSON/JSONL file of ``{"id", "question", "op", "suite"}`` rows. Evaluation goes to the kernel service
-(its sandboxed workers run ``kernel_service.backendbench.evaluator``); scoring is local (weights).
+Tasks are the ops of a suite the kernel service defines (``--suite smoke|opinfo|torchbench|facto``,
+``--ops`` to pick some) or rows ``{"id", "question", "op", "suite"}`` of a ``--dataset-file``.
+Evaluation is the kernel service's (POST /v1/evaluate with a BackendBench request, run by its sandboxed
+workers); scoring is local: per op correctness x performance, weighted by ``--weights``, per suite.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, cast
 
 import click
-from kernel_service.backendbench.schemas import BackendBenchEvalRequest, BackendBenchOptions
-from kernel_service.backendbench.suites import suite_ops
-from pydantic import Field
-
 from benchmark_runner.base import BenchmarkRunner, OfflineModel
+from benchmark_runner.client import ServiceClient
 from benchmark_runner.llm import LLMConfig
 from benchmark_runner.schemas import EvalResult, GenerationResult, ScoreResult, Task
 from benchmark_runner.service import BenchmarkService
+from kernel_service.backendbench.schemas import (
+    BackendBenchEvalRequest,
+    BackendBenchEvalResponse,
+    BackendBenchOptions,
+)
+from kernel_service.backendbench.suites import UnknownOpError, suite_ops
+from pydantic import Field
 
 from . import scoring
 from .agent import run_agent
 from .baselines import aten_model, reference_model
+from .options import RunOptions, cli_options
+
+#: ``make_cli``'s default dataset file; loading it means "the tasks of ``--suite``".
+BUNDLED_DATASET = Path(__file__).parent / "data" / "sample.jsonl"
 
 
 class BackendBenchTask(Task):
@@ -31,35 +40,51 @@ class BackendBenchTask(Task):
     suite: Literal["smoke", "opinfo", "torchbench", "facto"] = "smoke"
 
 
-CLI_OPTIONS: list[click.Option] = [
-    click.Option(
-        ["--suite"],
-        type=click.Choice(["smoke", "opinfo", "torchbench", "facto"]),
-        default="smoke",
-        show_default=True,
-        help="BackendBench suite",
-    ),
-    click.Option(
-        ["--ops"], default=None, help="comma-separated ops overriding the suite's list, e.g. add,mul"
-    ),
-    click.Option(
-        ["--feedback"],
-        type=click.Choice(["until_correct", "none"]),
-        default="until_correct",
-        show_default=True,
-    ),
-    click.Option(
-        ["--weights"],
-        default=None,
-        help="score weights, e.g. correctness=0.5,overall=0.5 (default overall=1)",
-    ),
-    click.Option(
-        ["--trace-file"], default=None, help="torchbench: a larger trace file (path on the service host)"
-    ),
-    click.Option(
-        ["--kernel-dir"], default=None, help="where kernels/<op>/turn_<n>.py go (default: the task's log dir)"
-    ),
-]
+def _read_rows(path: Path) -> list[dict[str, Any]]:
+    text = path.read_text(encoding="utf-8")
+    if text.lstrip().startswith("["):
+        rows = json.loads(text)
+        if not isinstance(rows, list):
+            raise ValueError(f"{path}: expected a JSON list of tasks")
+        return rows
+    rows = []
+    for n, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{n}: not valid JSON ({exc.msg})") from exc
+    return rows
+
+
+def as_eval_result_data(answer: Any) -> dict[str, Any]:
+    """A kernel-service answer to a BackendBench request as EvalResultData JSON.
+
+    The service may answer the framework's generic ``EvalResultData`` (score = overall, the verdict in
+    ``details``) or the bare :class:`BackendBenchEvalResponse`; both become the former.
+    """
+    if not isinstance(answer, dict):
+        raise ValueError(f"the service answered {type(answer).__name__}, expected a JSON object")
+    if "status" in answer:
+        return answer
+    return BackendBenchEvalResponse.model_validate(answer).to_eval_result_data().model_dump(mode="json")
+
+
+class VerdictClient:
+    """The service client, with ``POST /v1/evaluate`` answers normalised by :func:`as_eval_result_data`.
+
+    So the base class's ``evaluate`` (kept, so ``run`` starts the embedded service) reads either shape.
+    """
+
+    def __init__(self, inner: ServiceClient) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def post(self, path: str, body: Any) -> Any:
+        answer = await self.inner.post(path, body)
+        return as_eval_result_data(answer) if path == "/v1/evaluate" else answer
 
 
 class BackendBenchRunner(BenchmarkRunner):
@@ -67,54 +92,53 @@ class BackendBenchRunner(BenchmarkRunner):
     PAYLOAD_TYPE: ClassVar[str] = "code"
     GENERATION_VERSION_ENV: ClassVar[str] = "BACKENDBENCH_GENERATION_VERSION"
     TASK_MODEL: ClassVar[type[Task]] = BackendBenchTask
-    OFFLINE_MODELS: ClassVar[dict[str, OfflineModel]] = {"reference": reference_model, "aten": aten_model}  # type: ignore[dict-item]
-    CLI_OPTIONS: ClassVar[list[click.Option]] = CLI_OPTIONS
+    OFFLINE_MODELS: ClassVar[dict[str, OfflineModel]] = {"reference": reference_model, "aten": aten_model}
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.extra: dict[str, Any] = {}
-        self.eval_options: dict[str, Any] = {}
+    def __init__(self, service: ServiceClient | None = None, dataset_name: str | None = None) -> None:
+        wrapped = cast(ServiceClient, VerdictClient(service)) if service is not None else None
+        super().__init__(wrapped, dataset_name)
+        self.run_options = RunOptions()
 
-    def configure(self, extra: dict[str, Any]) -> None:
-        """Runner options from the CLI (the same dict that lands in ``LLMConfig.extra``)."""
-        self.extra = dict(extra)
-        scoring.parse_weights(self.extra.get("weights"))  # fail early on a bad --weights
-        if self.extra.get("trace_file"):
-            self.eval_options["trace_file"] = self.extra["trace_file"]
+    @classmethod
+    def cli_options(cls) -> list[click.Option]:
+        return cli_options()
+
+    def configure(self, options: dict[str, Any]) -> None:
+        """The ``run`` flags (also used by ``evaluate``/``score`` with the run's stored values)."""
+        super().configure(options)
+        self.run_options = RunOptions.parse(options)
 
     @classmethod
     def embedded_service(cls) -> BenchmarkService | None:
-        from kernel_service.backendbench.service import BackendBenchService
+        from .service import make_service
 
-        return BackendBenchService()
+        return make_service()
 
     # ---- tasks --------------------------------------------------------------------------------
 
+    def suite_tasks(self) -> list[Task]:
+        opts = self.run_options
+        try:
+            ops = suite_ops(opts.suite, opts.trace_file)
+        except UnknownOpError as exc:
+            raise ValueError(str(exc)) from exc
+        if opts.ops:
+            unknown = [o for o in opts.ops if o not in ops]
+            if unknown:
+                raise ValueError(
+                    f"--ops: {', '.join(unknown)} not in the {opts.suite} suite; its ops are: {', '.join(ops)}"
+                )
+            ops = opts.ops
+        rows = [{"id": f"{opts.suite}/{op}", "question": op, "op": op, "suite": opts.suite} for op in ops]
+        return self.parse_tasks(rows, f"suite {opts.suite}")
+
     def load_tasks(self, dataset_file: Path | None) -> list[Task]:
-        suite = self.extra.get("suite") or "smoke"
-        if dataset_file is not None:
-            text = Path(dataset_file).read_text()
-            rows = (
-                json.loads(text)
-                if text.lstrip().startswith("[")
-                else [json.loads(line) for line in text.splitlines() if line.strip()]
-            )
-            tasks = self.parse_tasks(rows, str(dataset_file))
-        else:
-            ops = suite_ops(suite, self.extra.get("trace_file"))
-            tasks = self.parse_tasks(
-                [{"id": f"{suite}/{op}", "question": op, "op": op, "suite": suite} for op in ops],
-                f"suite {suite}",
-            )
-        if self.extra.get("ops"):
-            wanted = [o.strip() for o in str(self.extra["ops"]).split(",") if o.strip()]
-            known = {t.op for t in tasks}  # type: ignore[attr-defined]
+        if dataset_file is None or Path(dataset_file).resolve() == BUNDLED_DATASET.resolve():
+            return self.suite_tasks()
+        tasks = self.parse_tasks(_read_rows(Path(dataset_file)), str(dataset_file))
+        if self.run_options.ops:
+            wanted = set(self.run_options.ops)
             tasks = [t for t in tasks if t.op in wanted]  # type: ignore[attr-defined]
-            extra_ops = [o for o in wanted if o not in known]
-            tasks += self.parse_tasks(
-                [{"id": f"{suite}/{op}", "question": op, "op": op, "suite": suite} for op in extra_ops],
-                "--ops",
-            )
         return tasks
 
     # ---- generation ---------------------------------------------------------------------------
@@ -122,21 +146,33 @@ class BackendBenchRunner(BenchmarkRunner):
     async def generate(
         self, task: Task, model: str, llm_config: LLMConfig, log_dir: Path
     ) -> GenerationResult:
-        if not self.extra:
-            self.configure(llm_config.extra)
-        return await run_agent(self, task, model, llm_config, log_dir)
+        assert isinstance(task, BackendBenchTask)
+
+        async def evaluate_fn(source: str) -> dict[str, Any]:
+            return await self.evaluate_source(task, source)
+
+        return await run_agent(
+            task.op,
+            task.suite,
+            task.id,
+            model,
+            llm_config,
+            self.run_options,
+            log_dir,
+            evaluate_fn if self.service is not None else None,
+        )
 
     # ---- evaluation -----------------------------------------------------------------------------
 
     def eval_request(self, task: Task, source: str) -> BackendBenchEvalRequest:
-        suite = task.suite  # type: ignore[attr-defined]
+        assert isinstance(task, BackendBenchTask)
         return BackendBenchEvalRequest(
-            dataset=f"backendbench-{suite}",
-            op=task.op,  # type: ignore[attr-defined]
-            suite=suite,
+            dataset=f"backendbench-{task.suite}",
+            op=task.op,
+            suite=task.suite,
             source=source,
             task_id=task.id,
-            options=BackendBenchOptions(**self.eval_options, timeout_s=task.timeout),
+            options=BackendBenchOptions(trace_file=self.run_options.trace_file, timeout_s=task.timeout),
         )
 
     def build_evaluate_request(self, task: Task, generation: GenerationResult) -> dict[str, Any]:
@@ -144,13 +180,26 @@ class BackendBenchRunner(BenchmarkRunner):
 
     async def evaluate_source(self, task: Task, source: str) -> dict[str, Any]:
         """One mid-generation evaluation (feedback for the next turn): the verdict's details."""
-        service = self._require_service()
-        body = await service.post("/v1/evaluate", self.eval_request(task, source).model_dump(mode="json"))
-        details = dict(body.get("details") or {})
-        details.setdefault("outcome", body.get("outcome"))
+        body = await self._require_service().post(
+            "/v1/evaluate", self.eval_request(task, source).model_dump(mode="json")
+        )
+        data = as_eval_result_data(body)
+        details = dict(data.get("details") or {})
+        details.setdefault("outcome", data.get("outcome"))
         return details
 
+    # ``evaluate`` is the base class's: POST /v1/evaluate, read through VerdictClient.
+
     async def score(self, evaluations: list[EvalResult], model: str) -> ScoreResult:
-        weights = scoring.parse_weights(self.extra.get("weights"))
+        """Local: weights are the runner's, and the numbers do not depend on which service evaluated."""
         suites = {e.task_id: e.task_id.split("/")[0] for e in evaluations}
-        return scoring.score(evaluations, model, weights, suites)
+        return scoring.score(evaluations, model, self.run_options.weights, suites)
+
+    # ---- report -------------------------------------------------------------------------------
+
+    @classmethod
+    def report(cls, run_dir: Path) -> str:
+        """``backendbench-runner report RUN_ID``: per-suite summary and per-op table (markdown)."""
+        from .report import render_report
+
+        return render_report(run_dir)

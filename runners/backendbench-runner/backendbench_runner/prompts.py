@@ -1,4 +1,4 @@
-"""What the model reads: the op, its aten schema, the contract, and (later turns) the verdict."""
+"""What the model reads: the op, its aten schema, the contract, the backend, and (later turns) the verdict."""
 
 from __future__ import annotations
 
@@ -10,10 +10,22 @@ CONTRACT = """Write a Python module defining `{function}(*args, **kwargs)`: a dr
 operator `aten.{op}` with exactly the schema below. It is called with the operator's own arguments
 (tensors on the evaluation device, float32/bfloat16/float16 and edge cases such as empty or non-contiguous
 tensors) and must return what the operator returns (same shape, dtype, device; in-place/out= variants must
-write their inputs as the operator does). Use Triton, C++/CUDA (torch.utils.cpp_extension.load_inline) or
-other PyTorch operations, but do NOT call `aten.{base}` itself (torch.{base}, Tensor.{base}, torch.ops.aten.{base}
-or an equivalent such as its composite form): such kernels are detected and scored incorrect.
+write their inputs as the operator does). {backend_text} Do NOT call `aten.{base}` itself (torch.{base},
+Tensor.{base}, torch.ops.aten.{base} or an equivalent such as its composite form): such kernels are detected
+and scored incorrect.
 Answer with one ```python block holding the whole module (imports included)."""
+
+BACKEND_TEXT = {
+    "triton": "Write the computation as Triton kernels (`@triton.jit`) launched from the function; "
+    "allocating outputs with torch is fine.",
+    "torch": "Compose it from other PyTorch operations.",
+    "cpp": "Write it in C++/CUDA compiled with torch.utils.cpp_extension.load_inline at import time.",
+}
+
+
+def function_name(op: str) -> str:
+    """``add`` -> ``add_kernel_impl``; an overload ``add.Tensor`` -> ``add__Tensor_kernel_impl`` (upstream)."""
+    return op.replace(".", "__") + "_kernel_impl"
 
 
 def schemas(op: str) -> list[str]:
@@ -26,13 +38,12 @@ def schemas(op: str) -> list[str]:
     return [str(getattr(packet, n)._schema) for n in names]
 
 
-def initial_messages(op: str, suite: str) -> list[dict[str, Any]]:
-    function = op.replace(".", "__") + "_kernel_impl"
+def initial_messages(op: str, suite: str, backend: str = "triton") -> list[dict[str, Any]]:
     schema_text = "\n".join(f"    {s}" for s in schemas(op)) or "    (see PyTorch's native_functions.yaml)"
-    user = (
-        f"BackendBench task {suite}/{op}: implement the PyTorch operator `{op}`.\n\nSchema:\n{schema_text}\n\n"
-        + CONTRACT.format(function=function, op=op, base=op.split(".")[0])
+    contract = CONTRACT.format(
+        function=function_name(op), op=op, base=op.split(".")[0], backend_text=BACKEND_TEXT[backend]
     )
+    user = f"BackendBench task {suite}/{op}: implement the PyTorch operator `{op}`.\n\nSchema:\n{schema_text}\n\n{contract}"
     return [
         {
             "role": "system",
@@ -43,6 +54,7 @@ def initial_messages(op: str, suite: str) -> list[dict[str, Any]]:
 
 
 def feedback_message(verdict: dict[str, Any], function: str) -> str:
+    """The service's verdict for the last kernel: outcome, failing inputs (shapes, dtypes, max error), errors."""
     text = verdict.get("feedback") or verdict.get("outcome", "unknown outcome")
     return (
         f"Your kernel was evaluated: {verdict.get('outcome')}.\n{text}\n\n"

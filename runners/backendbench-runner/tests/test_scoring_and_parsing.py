@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
+from benchmark_runner.schemas import EvalResult, EvalResultData, EvalStatus
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from backendbench_runner.agent import extract_code  # noqa: E402
-from backendbench_runner.benchmark import BackendBenchRunner  # noqa: E402
-from backendbench_runner.scoring import parse_weights, score  # noqa: E402
-
-from benchmark_runner.schemas import EvalResult, EvalResultData, EvalStatus  # noqa: E402
+from backendbench_runner.agent import extract_code
+from backendbench_runner.benchmark import BackendBenchRunner
+from backendbench_runner.scoring import parse_weights, score
 
 
 def ev(task_id: str, c: float, p: float) -> EvalResult:

@@ -39,10 +39,9 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import anyio
-from pydantic import Field
-
 from benchmark_runner.llm import ChatResponse
 from benchmark_runner.schemas import StrictModel, TokenUsage, ToolCall, Turn
+from pydantic import Field
 
 from . import prompts
 from .problems import KernelBenchTask

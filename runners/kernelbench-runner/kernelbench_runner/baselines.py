@@ -58,7 +58,7 @@ def _result(runner: BenchmarkRunner, task: Task, model: str, source: str, log_di
     path = log_dir / "kernels" / "final.py"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(source, encoding="utf-8")
-    options = getattr(runner, "options", None)
+    options = getattr(runner, "settings", None)
     return GenerationResult(
         task_id=task.id,
         model=model,

@@ -4,19 +4,19 @@
 sends the final kernel to the service once more (a fresh, independent measurement); ``score`` is
 computed here with ``kernel_service.metrics`` so any service (even one with a generic ``/v1/score``)
 yields the same fast_p / geomean / reward numbers. Runner options (``--backend``, ``--feedback``...)
-arrive in ``LLMConfig.extra`` and through ``configure`` (see ``CLI_OPTIONS``).
+arrive in ``LLMConfig.extra`` and through ``configure`` (see ``cli_options``); ``report RUN_ID``
+writes the run's self-contained HTML page (report.py).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import click
-from kernel_service.metrics import fast_p_curve, outcome_counts, reward_of, summarize
-from pydantic import Field, ValidationError
-
 from benchmark_runner.base import BenchmarkRunner, OfflineModel
+from benchmark_runner.client import ServiceClient
 from benchmark_runner.llm import ChatClient, LLMConfig
 from benchmark_runner.schemas import (
     EvalResult,
@@ -30,12 +30,14 @@ from benchmark_runner.schemas import (
     TaskScore,
     describe_validation_error,
 )
+from kernel_service.metrics import fast_p_curve, outcome_counts, reward_of, summarize
+from pydantic import Field, ValidationError
 
 from .agent import AgentOptions, FeedbackMode, KernelAgent, Strategy
 from .baselines import reference_model, torch_compile_model
 from .problems import KernelBenchTask, load_problems, select, task_id_for
 from .records import outcomes_from_evaluations
-from .report import report_command
+from .report import write_report
 
 if TYPE_CHECKING:
     from benchmark_runner.service import BenchmarkService
@@ -87,53 +89,57 @@ def _option(*decls: str, **kwargs: Any) -> click.Option:
     return click.Option(list(decls), **kwargs)
 
 
-#: Runner-specific flags for ``run`` (H1's hook adds them; values land in ``LLMConfig.extra``).
-CLI_OPTIONS: list[click.Option] = [
-    _option(
-        "--backend",
-        type=click.Choice(["cuda", "triton", "cpp", "torch"]),
-        default=None,
-        help="kernel language the model writes and the service compiles [default: cuda]",
-    ),
-    _option(
-        "--feedback",
-        type=click.Choice(["until_correct", "none", "always"]),
-        default=None,
-        help="until_correct: stop at the first correct kernel; none: single-shot, no tools; "
-        "always: keep optimising for --max-turns [default: until_correct]",
-    ),
-    _option(
-        "--strategy",
-        type=click.Choice(["best-of-n", "tree"]),
-        default=None,
-        help="best-of-n: --samples independent agents; tree: sample, keep the best half, refine [default: best-of-n]",
-    ),
-    _option(
-        "--samples", type=click.IntRange(1, 64), default=None, help="parallel samples per task [default: 1]"
-    ),
-    _option(
-        "--level",
-        type=click.IntRange(1, 4),
-        multiple=True,
-        help="keep only this KernelBench level (repeatable)",
-    ),
-    _option(
-        "--tolerance",
-        type=click.FloatRange(min=0, min_open=True),
-        default=None,
-        help="atol = rtol for correctness [default: upstream's 1e-4 fp32, 1e-2 fp16/bf16]",
-    ),
-    _option(
-        "--price-in", type=click.FloatRange(min=0), default=None, help="$ per 1M prompt tokens (for cost)"
-    ),
-    _option("--price-out", type=click.FloatRange(min=0), default=None, help="$ per 1M completion tokens"),
-    _option(
-        "--prompt-source",
-        type=click.Choice(["full", "model"]),
-        default=None,
-        help="full: the whole problem file as upstream prompts; model: Model and imports only [default: full]",
-    ),
-]
+def make_cli_options() -> list[click.Option]:
+    """Runner-specific flags for ``run`` (fresh objects per CLI; values land in ``LLMConfig.extra``)."""
+    return [
+        _option(
+            "--backend",
+            type=click.Choice(["cuda", "triton", "cpp", "torch"]),
+            default=None,
+            help="kernel language the model writes and the service compiles [default: cuda]",
+        ),
+        _option(
+            "--feedback",
+            type=click.Choice(["until_correct", "none", "always"]),
+            default=None,
+            help="until_correct: stop at the first correct kernel; none: single-shot, no tools; "
+            "always: keep optimising for --max-turns [default: until_correct]",
+        ),
+        _option(
+            "--strategy",
+            type=click.Choice(["best-of-n", "tree"]),
+            default=None,
+            help="best-of-n: --samples independent agents; tree: sample, keep the best half, refine [default: best-of-n]",
+        ),
+        _option(
+            "--samples",
+            type=click.IntRange(1, 64),
+            default=None,
+            help="parallel samples per task [default: 1]",
+        ),
+        _option(
+            "--level",
+            type=click.IntRange(1, 4),
+            multiple=True,
+            help="keep only this KernelBench level (repeatable)",
+        ),
+        _option(
+            "--tolerance",
+            type=click.FloatRange(min=0, min_open=True),
+            default=None,
+            help="atol = rtol for correctness [default: upstream's 1e-4 fp32, 1e-2 fp16/bf16]",
+        ),
+        _option(
+            "--price-in", type=click.FloatRange(min=0), default=None, help="$ per 1M prompt tokens (for cost)"
+        ),
+        _option("--price-out", type=click.FloatRange(min=0), default=None, help="$ per 1M completion tokens"),
+        _option(
+            "--prompt-source",
+            type=click.Choice(["full", "model"]),
+            default=None,
+            help="full: the whole problem file as upstream prompts; model: Model and imports only [default: full]",
+        ),
+    ]
 
 
 def response_to_eval_data(body: Any, task: KernelBenchTask, generation: GenerationResult) -> EvalResultData:
@@ -169,31 +175,68 @@ class KernelBenchRunner(BenchmarkRunner):
         "reference": reference_model,
         "torch-compile": torch_compile_model,
     }
-    CLI_OPTIONS: ClassVar[list[click.Option]] = CLI_OPTIONS
-    #: Commands added to the runner's CLI group next to run/evaluate/score.
-    EXTRA_COMMANDS: ClassVar[list[click.Command]] = [report_command]
 
     def __init__(
         self, service: Any = None, dataset_name: str | None = None, options: dict[str, Any] | None = None
     ):
         super().__init__(service, dataset_name)
-        self.options = KernelBenchOptions.from_extra(options)
+        self.settings = KernelBenchOptions()
+        self.configure(options or {})
 
-    def configure(self, extra: dict[str, Any]) -> None:
-        """Take the run's runner options (the CLI calls this before ``load_tasks``)."""
-        self.options = KernelBenchOptions.from_extra(extra)
+    @classmethod
+    def cli_options(cls) -> list[click.Option]:
+        return make_cli_options()
+
+    def configure(self, options: dict[str, Any]) -> None:
+        """Take the run's runner options (the CLI calls this before ``load_tasks``); validated here so a
+        bad value names its option. ``self.options`` keeps the raw dict, ``self.settings`` the typed view."""
+        self.settings = KernelBenchOptions.from_extra(options)
+        super().configure(options)
+
+    @staticmethod
+    def report(run_dir: Path) -> str:
+        """``report RUN_ID``: write ``<run dir>/report.html`` (prices as the run was started) and return
+        its path, which the CLI prints."""
+        config_file = run_dir / "config.json"
+        stored: dict[str, Any] = {}
+        if config_file.is_file():
+            try:
+                raw = json.loads(config_file.read_text(encoding="utf-8"))
+                stored = dict(raw.get("generation_options") or {})
+            except (json.JSONDecodeError, AttributeError) as exc:
+                raise click.ClickException(f"{config_file}: not a run config ({exc})") from exc
+        settings = KernelBenchOptions.from_extra(stored)
+        return str(write_report(run_dir, None, settings.price_in, settings.price_out).resolve())
+
+    # ---- the service -----------------------------------------------------------------------------
+
+    def kernel_service(self) -> ServiceClient:
+        """The kernel service client the CLI opened (``--service-url`` or the embedded service)."""
+        if self.service is None:
+            raise RuntimeError(
+                f"{self.NAME} checks kernels through a kernel service: construct it with a ServiceClient "
+                "(the CLI passes --service-url or starts the embedded service)"
+            )
+        return self.service
 
     # ---- tasks -------------------------------------------------------------------------------------
 
     def load_tasks(self, dataset_file: Path | None) -> list[Task]:
         tasks = load_problems(dataset_file if dataset_file is not None else DEFAULT_DATASET_FILE)
-        return list(select(tasks, levels=self.options.level or None))
+        return list(select(tasks, levels=self.settings.level or None))
+
+    def load_problem(self, path: Path) -> Task:
+        """``--problem FILE``: a KernelBench problem file (``level1/19_ReLU.py``) or one JSON task."""
+        if path.suffix == ".py":
+            (task,) = load_problems(path)
+            return task
+        return super().load_problem(path)
 
     async def load_tasks_from_service(self, dataset_name: str) -> list[Task]:
         """Tasks a kernel service hosts (``--dataset-name level1``...), re-keyed to this runner's ids
         (``level1/19_ReLU`` -> ``L1_19_ReLU``) so ids, filters and resume agree whatever the source."""
         tasks = await super().load_tasks_from_service(dataset_name)
-        levels = set(self.options.level)
+        levels = set(self.settings.level)
         out: list[Task] = []
         for t in tasks:
             if isinstance(t, KernelBenchTask) and (not levels or t.level in levels):
@@ -205,7 +248,7 @@ class KernelBenchRunner(BenchmarkRunner):
     def _evaluate_fn(self, task: KernelBenchTask, options: KernelBenchOptions) -> Any:
         async def evaluate(solution: str, backend: str) -> dict[str, Any]:
             body = self._request(task, solution, backend, options.eval_options())
-            answer = await self._require_service().post("/v1/evaluate", body)
+            answer = await self.kernel_service().post("/v1/evaluate", body)
             if not isinstance(answer, dict):
                 raise ValueError(f"kernel service answered {type(answer).__name__}, expected a JSON object")
             return answer
@@ -228,7 +271,8 @@ class KernelBenchRunner(BenchmarkRunner):
     ) -> GenerationResult:
         if not isinstance(task, KernelBenchTask):
             raise TypeError(f"expected a KernelBenchTask, got {type(task).__name__}")
-        options = KernelBenchOptions.from_extra({**self.options.model_dump(), **llm_config.extra})
+        given = {k: v for k, v in llm_config.extra.items() if v is not None}  # None: flag not given
+        options = KernelBenchOptions.from_extra({**self.settings.model_dump(), **given})
         agent_options = AgentOptions(
             backend=options.backend,
             max_turns=llm_config.max_turns,
@@ -273,13 +317,13 @@ class KernelBenchRunner(BenchmarkRunner):
     def build_evaluate_request(self, task: Task, generation: GenerationResult) -> dict[str, Any]:
         """A ``KernelEvalRequest``: reference by source (works with any service), the final kernel."""
         assert isinstance(task, KernelBenchTask)
-        backend = str(generation.metadata.get("backend") or self.options.backend)
+        backend = str(generation.metadata.get("backend") or self.settings.backend)
         options = generation.metadata.get("eval_options")
         return self._request(
             task,
             str(generation.payload),
             backend,
-            options if isinstance(options, dict) else self.options.eval_options(),
+            options if isinstance(options, dict) else self.settings.eval_options(),
         )
 
     async def evaluate(self, task: Task, generation: GenerationResult) -> EvalResult:
@@ -296,9 +340,8 @@ class KernelBenchRunner(BenchmarkRunner):
             )
             return EvalResult(task_id=task.id, model=generation.model, data=data)
         assert isinstance(task, KernelBenchTask)
-        body = await self._require_service().post(
-            "/v1/evaluate", self.build_evaluate_request(task, generation)
-        )
+        service = self.kernel_service()
+        body = await service.post("/v1/evaluate", self.build_evaluate_request(task, generation))
         return EvalResult(
             task_id=task.id, model=generation.model, data=response_to_eval_data(body, task, generation)
         )
@@ -306,7 +349,7 @@ class KernelBenchRunner(BenchmarkRunner):
     async def score(self, evaluations: list[EvalResult], model: str) -> ScoreResult:
         """Computed locally (``kernel_service.metrics``): the same numbers whatever service evaluated."""
         records = outcomes_from_evaluations(evaluations)
-        overall, groups = summarize(records, self.options.price_in, self.options.price_out)
+        overall, groups = summarize(records, self.settings.price_in, self.settings.price_out)
         tolerances = sorted(
             {
                 f"atol={e.data.details.get('atol'):g} rtol={e.data.details.get('rtol'):g}"
@@ -334,14 +377,14 @@ class KernelBenchRunner(BenchmarkRunner):
                 "outcomes": outcome_counts(records),
                 "tolerance": tolerances,
                 "fast_p_curve": fast_p_curve(records, [i / 10 for i in range(31)]),
-                "price_in": self.options.price_in,
-                "price_out": self.options.price_out,
+                "price_in": self.settings.price_in,
+                "price_out": self.settings.price_out,
             },
         )
 
     @classmethod
     def embedded_service(cls) -> BenchmarkService | None:
         """The kernel service in-process: every visible GPU, or CPU (torch/cpp backends) when none."""
-        from kernel_service.service import KernelService, KernelServiceConfig
+        from .service import make_service  # imported late: starting the CLI stays fast
 
-        return KernelService(KernelServiceConfig(gpus=None, cpu_workers=1))
+        return make_service(gpus=None, cpu_workers=1)

@@ -26,9 +26,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationError, model_validator
-
 from benchmark_runner.schemas import Task, describe_validation_error
+from pydantic import Field, ValidationError, model_validator
 
 HUB_DATASET = "ScalingIntelligence/KernelBench"
 HARNESS_FUNCTIONS = frozenset({"get_inputs", "get_init_inputs"})

@@ -5,9 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from kernel_service.metrics import TaskOutcome, reward_of
-
 from benchmark_runner.schemas import EvalResult, EvalStatus
+from kernel_service.metrics import TaskOutcome, reward_of
 
 
 def _level_of(task_id: str, details: dict[str, Any]) -> int | None:
