@@ -147,6 +147,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--address-space", type=int, default=None)
     args = parser.parse_args(argv)
 
+    if os.environ.get("KS_CPUS"):  # cores the service set aside for this pool (see service.split_cpus)
+        mine = {int(c) for c in os.environ["KS_CPUS"].split(",")} & os.sched_getaffinity(0)
+        if mine:  # on another host (a Ray node) the ids may not exist: then keep every core
+            os.sched_setaffinity(0, mine)
     tmp = Path(args.tmp)
     policy = sandbox.policy_from_env(tmp)
     policy.fsize_bytes = args.fsize
