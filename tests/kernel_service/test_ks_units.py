@@ -135,3 +135,24 @@ def test_cli_eval_subprocess(tmp_path: Path) -> None:
     assert "outcome: " in bad.stdout and "correct" not in bad.stdout.split("\n")[0].replace("incorrect", "")
     gpu = _cli(tmp_path, S.SOL_MATMUL_OK, "--backend", "cuda")
     assert gpu.returncode == 1 and "requires_gpu" in gpu.stdout
+
+
+def test_fast_path_never_accepts_what_the_exact_path_rejects() -> None:
+    """A correct output takes the fast path; anything with NaN/Inf or out of tolerance gets the exact one."""
+    big = torch.finfo(torch.float32).max
+    inf, nan = float("inf"), float("nan")
+    cases = [
+        ([inf, 1.0], [big, 1.0], False),  # Inf reference, huge finite candidate: tolerance must stay finite
+        ([1.0, 2.0], [inf, 2.0], False),
+        ([inf, -inf], [inf, -inf], True),  # same Inf positions and signs: right (exact path)
+        ([nan, 1.0], [nan, 1.0], True),
+        ([nan, 1.0], [0.0, 1.0], False),
+        ([0.0, 1e30], [1e-4, 1e30 * (1 + 5e-5)], True),  # atol near zero, rtol on large values
+        ([0.0, 1.0], [2e-4, 1.0], False),
+    ]
+    for ref, new, ok in cases:
+        r, n = torch.tensor(ref), torch.tensor(new)
+        assert compare_outputs(r, n, 1e-4, 1e-4).ok is ok, (ref, new)
+    x = torch.randn(1000)
+    res = compare_outputs(x, x + 1e-5, 1e-4, 1e-4)
+    assert res.ok and res.max_abs_error is not None and 0 < res.max_abs_error < 2e-5

@@ -85,6 +85,10 @@ def compare_outputs(ref: Any, new: Any, atol: float, rtol: float) -> Comparison:
             continue
         rf = r.detach().to(torch.float64 if r.dtype == torch.float64 else torch.float32)
         nf = n.detach().to(rf.dtype)
+        close = _all_close_fast(rf, nf, atol, rtol)
+        if close is not None:
+            worst_abs, worst_rel = max(worst_abs, close[0]), max(worst_rel, close[1])
+            continue
         r_nan, n_nan = torch.isnan(rf), torch.isnan(nf)
         if not torch.equal(r_nan, n_nan):
             bad = int((r_nan != n_nan).sum())
@@ -112,3 +116,25 @@ def compare_outputs(ref: Any, new: Any, atol: float, rtol: float) -> Comparison:
                 rel_err,
             )
     return Comparison(True, "", worst_abs, worst_rel)
+
+
+def _all_close_fast(
+    rf: torch.Tensor, nf: torch.Tensor, atol: float, rtol: float
+) -> tuple[float, float] | None:
+    """(max abs error, max rel error) when every element is finite and within tolerance, else None.
+
+    The common case (a correct output) in a few in-place passes, with no boolean-mask copies: the
+    harness compares every timed output, and on multi-GB outputs the full diagnostic path below cost
+    more than the kernels it checks. Any NaN or Inf makes a comparison false here (the tolerance is kept
+    finite), so such outputs take the exact path.
+    """
+    with torch.no_grad():
+        diff = torch.sub(nf, rf).abs_()
+        scale = rf.abs()
+        tol = scale.clamp(max=torch.finfo(rf.dtype).max).mul_(rtol).add_(atol)
+        if not bool((diff <= tol).all()):
+            return None
+        del tol
+        abs_err = float(diff.max())
+        rel_err = float(diff.div_(scale.clamp_min_(1e-12)).max())
+    return abs_err, rel_err
