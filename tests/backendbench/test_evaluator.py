@@ -178,3 +178,18 @@ def test_opinfo_inputs_come_from_op_db() -> None:
     assert r["outcome"] == "correct", r["feedback"]
     assert r["n_correctness_inputs"] >= 2 and {"float32", "bfloat16"} <= {i["dtype"] for i in r["inputs"]}
     assert run("abs.default", aten_source("abs.default"), suite="opinfo")["outcome"] == "calls_original_op"
+
+
+def test_opinfo_suite_leaves_out_ops_this_torch_cannot_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The index is built on one torch; an op whose decomposition the serving torch lacks is not listed."""
+    import torch
+    from kernel_service.backendbench.suites import opinfo_index, suite_ops
+    from torch._decomp import decomposition_table
+
+    ops = suite_ops("opinfo")
+    assert ops == list(opinfo_index())  # this torch has every indexed decomposition
+    victim = next(op for op in ops if op.startswith("max_pool2d_with_indices"))
+    monkeypatch.delitem(decomposition_table, torch.ops.aten.max_pool2d_with_indices.default)
+    remaining = suite_ops("opinfo")
+    assert victim not in remaining and len(remaining) == len(ops) - 1
+    assert "add.Tensor" in remaining  # hand-written references do not depend on decompositions
