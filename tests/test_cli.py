@@ -239,6 +239,10 @@ def test_status_score_evaluate_list_tasks_and_report(tmp_path: Path) -> None:
 
     res = runner.invoke(extra_cli, ["list-tasks"])
     assert res.exit_code == 0 and res.stdout.splitlines()[0] == "arith-000\tWhat is 43 + 21?"
+    SEEN_OPTIONS.clear()
+    res = runner.invoke(extra_cli, ["list-tasks", "--backend", "triton"])  # the runner's own flag
+    assert res.exit_code == 0, res.output
+    assert SEEN_OPTIONS == [("load_tasks", {"backend": "triton", "feedback": True})]
     res = runner.invoke(extra_cli, ["list-tasks", "--dataset-name", "arithmetic", "--json"])
     assert res.exit_code == 0 and len(res.stdout.splitlines()) == 20
 

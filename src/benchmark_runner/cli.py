@@ -498,8 +498,9 @@ def make_cli(adapter_cls: type[BenchmarkRunner], default_dataset_file: Path | No
         problem: Path | None,
         service_url: str | None,
         as_json: bool,
+        **extra: Any,
     ) -> None:
-        """Print the tasks a run would see (id and question)."""
+        """Print the tasks a run would see (id and question); takes the runner's own flags too."""
         _exclusive_dataset(dataset_file, dataset_name, problem)
 
         async def body(runner: BenchmarkRunner) -> list[Task]:
@@ -508,7 +509,7 @@ def make_cli(adapter_cls: type[BenchmarkRunner], default_dataset_file: Path | No
 
         url = service_url if dataset_name else None  # only a service dataset needs the service
         tasks = _run_async(
-            lambda: _with_runner(adapter_cls, url, dataset_name is not None, dataset_name, body)
+            lambda: _with_runner(adapter_cls, url, dataset_name is not None, dataset_name, body, extra)
         )
         for t in tasks:
             if as_json:
@@ -516,6 +517,8 @@ def make_cli(adapter_cls: type[BenchmarkRunner], default_dataset_file: Path | No
             else:
                 first = t.question.strip().splitlines()[0] if t.question.strip() else ""
                 click.echo(f"{t.id}\t{first[:100]}")
+
+    list_tasks.params.extend(adapter_cls.cli_options())
 
     @cli.command()
     @_run_dir_options
