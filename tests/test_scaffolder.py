@@ -216,6 +216,8 @@ def test_extra_dependencies_and_class_name_reach_the_repo_and_answers(home: Path
         "torch>=2.4",
         "--class-name",
         "KernelBench",
+        "--demo-model",
+        "reference",
     )
     assert code == 0, out
     project = tomllib.loads((dest / "pyproject.toml").read_text())["project"]
@@ -223,7 +225,8 @@ def test_extra_dependencies_and_class_name_reach_the_repo_and_answers(home: Path
     assert project["scripts"] == {"kb-runner": "kb_runner.cli:main"}
     answers = yaml.safe_load((dest / ".copier-answers.yml").read_text())
     assert answers["dependencies"] == ["kernel-service", "torch>=2.4"]
-    assert answers["class_name"] == "KernelBench"
+    assert answers["class_name"] == "KernelBench" and answers["demo_model"] == "reference"
+    assert "ARGS   ?= run --model reference --run-id docker-demo" in (dest / "Makefile").read_text()
     assert "make_cli(KernelBenchRunner," in (dest / "kb_runner/cli.py").read_text()
     assert "class KernelBenchRunner(BenchmarkRunner):" in (dest / "kb_runner/benchmark.py").read_text()
 
@@ -231,6 +234,8 @@ def test_extra_dependencies_and_class_name_reach_the_repo_and_answers(home: Path
     assert code != 0 and "invalid dependency 'torch>>2'" in out
     code, out = invoke("kb", "--dest", str(tmp_path / "bad"), "--defaults", "--class-name", "kernel_bench")
     assert code != 0 and "invalid class name 'kernel_bench'" in out
+    code, out = invoke("kb", "--dest", str(tmp_path / "bad"), "--defaults", "--demo-model", "a b")
+    assert code != 0 and "invalid demo model 'a b'" in out
     assert not (tmp_path / "bad").exists()
 
 
@@ -335,6 +340,20 @@ def test_make_docker_build_shows_the_build_command(generated: Path) -> None:
         subprocess.run(
             ["make", "--no-print-directory", "-n", target], cwd=generated, capture_output=True, check=True
         )
+
+
+@pytest.mark.parametrize("runner", ["kernelbench", "backendbench"])
+def test_kernel_runners_docker_run_defaults_to_an_offline_model_they_have(runner: str) -> None:
+    """`make docker-run` with no ARGS runs the runner's `demo_model` answer, one of its offline models."""
+    repo = Path(__file__).resolve().parents[1] / "runners" / f"{runner}-runner"
+    out = subprocess.run(
+        ["make", "--no-print-directory", "-n", "docker-run"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.rstrip().endswith(f"{runner}-runner:latest run --model reference --run-id docker-demo")
 
 
 def test_dockerfile_runs_as_non_root_with_the_runner_entrypoint(generated: Path) -> None:

@@ -64,6 +64,7 @@ class RunnerSpec(StrictModel):
     payload_type: str = "text"
     class_name: str = Field(default="", description="prefix of the class names; default: CamelCase of name")
     dependencies: list[str] = Field(default_factory=list, description="extra PEP 508 requirements")
+    demo_model: str = Field(default="oracle", description="offline model that `make docker-run` runs")
 
     @field_validator("name")
     @classmethod
@@ -102,6 +103,13 @@ class RunnerSpec(StrictModel):
             self.class_name = "".join(part.capitalize() for part in self.name.split("-"))
         return self
 
+    @field_validator("demo_model")
+    @classmethod
+    def _check_demo_model(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/-]*", value):
+            raise ValueError(f"invalid demo model {value!r}: expected a model name such as 'oracle'")
+        return value
+
     @field_validator("dependencies")
     @classmethod
     def _check_dependencies(cls, value: list[str]) -> list[str]:
@@ -126,6 +134,7 @@ class RunnerSpec(StrictModel):
         payload_type: str = "text",
         dependencies: list[str] | tuple[str, ...] = (),
         class_name: str | None = None,
+        demo_model: str | None = None,
     ) -> RunnerSpec:
         """Validate the answers, raising :class:`ScaffoldError` that names the bad field."""
         try:
@@ -135,6 +144,7 @@ class RunnerSpec(StrictModel):
                 payload_type=payload_type,
                 dependencies=list(dependencies),
                 class_name=class_name or "",
+                demo_model=demo_model or "oracle",
             )
         except ValidationError as exc:
             raise ScaffoldError(describe_validation_error(exc)) from None
@@ -161,6 +171,7 @@ class RunnerSpec(StrictModel):
             "payload_type": self.payload_type,
             "class_name": self.class_name,
             "dependencies": list(self.dependencies),
+            "demo_model": self.demo_model,
         }
 
 
@@ -387,6 +398,7 @@ def spec_from_answers(answers: dict[str, Any]) -> RunnerSpec:
         str(answers.get("payload_type", "text")),
         [str(d) for d in deps],
         str(answers["class_name"]) if answers.get("class_name") else None,
+        str(answers["demo_model"]) if answers.get("demo_model") else None,
     )
 
 

@@ -37,6 +37,11 @@ def _fail(message: str) -> None:
     metavar="SPEC",
     help="Extra PEP 508 requirement of the runner (repeatable), e.g. --dependency 'torch>=2.4'.",
 )
+@click.option(
+    "--demo-model",
+    default=None,
+    help="The offline model `make docker-run` runs by default (default: the template's 'oracle').",
+)
 @click.option("--defaults", is_flag=True, help="Never prompt: use defaults for every unanswered question.")
 @click.option("--dry-run", is_flag=True, help="List the files that would be written; write nothing.")
 @click.option(
@@ -60,6 +65,7 @@ def cli(
     description: str | None,
     class_name: str | None,
     dependencies: tuple[str, ...],
+    demo_model: str | None,
     defaults: bool,
     dry_run: bool,
     force: bool,
@@ -71,7 +77,17 @@ def cli(
     package is NAME with '-' -> '_' plus '_runner' (my_bench_runner).
     """
     if update_dir is not None:
-        if name or dest or dry_run or force or payload_type or description or class_name or dependencies:
+        if (
+            name
+            or dest
+            or dry_run
+            or force
+            or payload_type
+            or description
+            or class_name
+            or dependencies
+            or demo_model
+        ):
             _fail("--update takes no NAME and no other option")
         try:
             ref = update(update_dir)
@@ -89,7 +105,9 @@ def cli(
             description = click.prompt("Description", default=f"Runner for the {name} benchmark")
         if interactive and payload_type is None:
             payload_type = click.prompt("Payload type", type=click.Choice(PAYLOAD_TYPES), default="text")
-        spec = RunnerSpec.build(name, description, payload_type or "text", dependencies, class_name)
+        spec = RunnerSpec.build(
+            name, description, payload_type or "text", dependencies, class_name, demo_model
+        )
         target = dest if dest is not None else Path.cwd() / spec.repo_name
         result = generate(spec, target, force=force, dry_run=dry_run)
     except ScaffoldError as exc:
