@@ -30,7 +30,7 @@ from benchmark_runner.schemas import EvalResultData, EvalStatus, ScoreRequest, S
 from benchmark_runner.service import BenchmarkService
 
 from .backendbench.schemas import BackendBenchEvalRequest, BackendBenchEvalResponse
-from .backendbench.service import suite_tasks
+from .backendbench.service import run_in_pool, suite_tasks
 from .build_cache import BUILT_MARKER, BuildCache
 from .datasets import ProblemStore
 from .executor import JobRunner
@@ -587,7 +587,7 @@ class KernelService(BenchmarkService):
     ) -> BackendBenchEvalResponse:
         """One op's kernel on a (sandboxed) eval worker; a timeout or a dead worker becomes a verdict.
 
-        The same steps as ``backendbench.service.run_in_pool``, on whichever executor this service uses.
+        ``backendbench.service.run_in_pool`` on whichever executor this service uses.
         """
         if self.eval_pool is None:
             raise RuntimeError("KernelService.startup() was not called")
@@ -595,40 +595,4 @@ class KernelService(BenchmarkService):
             return BackendBenchEvalResponse.failure(
                 request, "requires_gpu", "device 'cuda' requires a CUDA GPU and this service has none"
             )
-        job = {
-            "job_id": uuid.uuid4().hex[:12],
-            "kind": "backendbench",
-            "request": request.model_dump(mode="json"),
-        }
-        reply, _waited = await self.eval_pool.run(job, request.options.timeout_s + KILL_GRACE_S)
-        if reply.result is None:
-            outcome = "timeout" if reply.failure == "timeout" else "sandbox_error"
-            detail = reply.message or reply.failure or "no result"
-            if reply.output:
-                detail += f"; output tail: {reply.output[-500:]}"
-            return BackendBenchEvalResponse.failure(request, outcome, detail)
-        result = {k: v for k, v in reply.result.items() if k not in ("output", "recycle")}
-        try:
-            return BackendBenchEvalResponse.model_validate(result)
-        except ValidationError as exc:
-            return BackendBenchEvalResponse.failure(
-                request, "sandbox_error", f"the worker answered an invalid verdict: {exc}"
-            )
-
-    async def evaluate_backendbench(
-        self, request: dict[str, Any], timeout_s: float = 300.0
-    ) -> dict[str, Any]:
-        """Run H6's BackendBench evaluator in a sandboxed eval worker; JSON in, JSON out.
-
-        Returns the evaluator's dict, or ``{"failure": "timeout"|"sandbox_error", "message": ...}`` when the
-        worker died or timed out (the caller converts it with ``BackendBenchEvalResponse.failure``).
-        """
-        if self.eval_pool is None:
-            raise RuntimeError("KernelService.startup() was not called")
-        job = {"job_id": uuid.uuid4().hex[:12], "kind": "backendbench", "request": request}
-        reply, _ = await self.eval_pool.run(job, timeout_s + KILL_GRACE_S)
-        if reply.result is None:
-            failure = "timeout" if reply.failure == "timeout" else "sandbox_error"
-            return {"failure": failure, "message": f"{reply.message} during {reply.phase or 'evaluation'}"}
-        reply.result.pop("output", None)
-        return reply.result
+        return await run_in_pool(self.eval_pool, request)

@@ -19,12 +19,13 @@ from pydantic import ValidationError
 from benchmark_runner.schemas import EvalResultData
 from benchmark_runner.service import BenchmarkService
 
+from ..executor import JobRunner
 from ..pool import KILL_GRACE_S, WorkerConfig, WorkerPool
 from .schemas import SUITES, BackendBenchEvalRequest, BackendBenchEvalResponse
 from .suites import UnknownOpError, suite_ops
 
 
-async def run_in_pool(pool: WorkerPool, request: BackendBenchEvalRequest) -> BackendBenchEvalResponse:
+async def run_in_pool(pool: JobRunner, request: BackendBenchEvalRequest) -> BackendBenchEvalResponse:
     """Evaluate ``request`` on a worker of ``pool``; a timeout or a dead worker becomes a verdict."""
     job = {
         "job_id": uuid.uuid4().hex[:12],
