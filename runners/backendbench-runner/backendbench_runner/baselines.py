@@ -110,7 +110,16 @@ def cumsum_kernel_impl(x, dim, dtype=None):
     out_dtype = dtype or (x.dtype if x.dtype.is_floating_point else torch.int64)
     if x.dim() == 0:
         return x.to(out_dtype).clone()
-    # accumulate in float32 (half types) or float64 (integers), as the CUDA kernels do
+    if x.device.type == "cuda" and out_dtype in (torch.float16, torch.bfloat16):
+        # PyTorch's CUDA scan keeps each partial sum in the output dtype: round after every step as it does
+        y = x.to(out_dtype).movedim(dim, 0)
+        out = torch.empty_like(y)
+        acc = torch.zeros_like(y[0])
+        for k in range(y.shape[0]):
+            acc = (acc.float() + y[k].float()).to(out_dtype)
+            out[k] = acc
+        return out.movedim(0, dim)
+    # accumulate in float32 (half types) or float64 (integers), as the CPU kernels do
     acc = torch.float32 if out_dtype in (torch.float16, torch.bfloat16) else (out_dtype if out_dtype.is_floating_point else torch.float64)
     y = x.to(acc).movedim(dim, -1)
     n = y.shape[-1]
