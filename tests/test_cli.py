@@ -343,3 +343,27 @@ def test_a_runner_with_its_own_service_gets_it_even_when_it_scores_itself(
     assert res.exit_code == 0, res.output
     assert "started embedded" in res.output
     assert len(SEEN_SERVICE) == 2 and all(u and u.startswith("http://127.0.0.1:") for u in SEEN_SERVICE)
+
+
+class SourceRunner(ArithmeticRunner):
+    """Understands ``--dataset-file mem:N`` (the first N bundled tasks), as a hub-backed runner would ``hub:NAME``."""
+
+    NAME = "source"
+    DATASET_SOURCES = ("mem",)
+
+    def load_tasks(self, dataset_file: Path | None) -> list[Task]:
+        if dataset_file is not None and str(dataset_file).startswith("mem:"):
+            return super().load_tasks(None)[: int(str(dataset_file).split(":", 1)[1])]
+        return super().load_tasks(dataset_file)
+
+
+def test_dataset_file_accepts_the_runners_named_sources(tmp_path: Path) -> None:
+    group = make_cli(SourceRunner, DATA_FILE)
+    res = invoke(group, "--model", "oracle", "--run-id", "m", "--dataset-file", "mem:3", tmp=tmp_path)
+    assert res.exit_code == 0, res.output
+    config = json.loads((tmp_path / "runs" / "m" / "config.json").read_text())
+    assert config["dataset"]["name"] == "mem:3" and config["dataset"]["path"] is None
+    assert config["dataset"]["n_tasks"] == 3
+    res = invoke(group, "--model", "oracle", "--run-id", "n", "--dataset-file", "memo", tmp=tmp_path)
+    assert res.exit_code == 2 and "does not exist" in res.output  # only the declared source gets through
+    assert "mem[:NAME]" in CliRunner().invoke(group, ["run", "--help"]).output

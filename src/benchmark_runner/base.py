@@ -59,6 +59,9 @@ class BenchmarkRunner(ABC):
     LEGACY_API: ClassVar[bool] = False
     #: Models selectable by ``--model NAME`` that run without any API (baselines, oracles).
     OFFLINE_MODELS: ClassVar[dict[str, OfflineModel]] = {}
+    #: Non-file values ``--dataset-file`` accepts and ``load_tasks`` understands: ``"hub"`` lets
+    #: ``hub`` and ``hub:<name>`` through (the runner downloads them) instead of "path does not exist".
+    DATASET_SOURCES: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, service: ServiceClient | None = None, dataset_name: str | None = None) -> None:
         self.service = service
@@ -76,6 +79,12 @@ class BenchmarkRunner(ABC):
         self, task: Task, model: str, llm_config: LLMConfig, log_dir: Path
     ) -> GenerationResult:
         """Ask ``model`` to solve ``task``; write anything worth keeping under ``log_dir``."""
+
+    @classmethod
+    def is_dataset_source(cls, value: Path | str) -> bool:
+        """Whether ``value`` names one of :attr:`DATASET_SOURCES` rather than a file."""
+        text = str(value)
+        return any(text == s or text.startswith(s + ":") for s in cls.DATASET_SOURCES)
 
     # ---- optional hooks ---------------------------------------------------------------------
 

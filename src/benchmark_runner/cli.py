@@ -214,8 +214,11 @@ async def load_dataset(
             source = dataset_file or default_file
             tasks = runner.load_tasks(source)
             kind = "file"
-            name = source.name if source else f"{runner.NAME} (default)"
-            path = str(source.resolve()) if source else None
+            if source is not None and runner.is_dataset_source(source):
+                name, path = str(source), None
+            else:
+                name = source.name if source else f"{runner.NAME} (default)"
+                path = str(source.resolve()) if source else None
     except ServiceError as exc:
         if exc.status_code is None:
             raise FatalError(str(exc)) from exc
@@ -320,7 +323,30 @@ def _run_async(fn: Callable[[], Awaitable[R]]) -> R:
 # ---- option groups -----------------------------------------------------------------------------
 
 
-def _dataset_options(f: Callable[..., Any]) -> Callable[..., Any]:
+class DatasetFile(click.ParamType):
+    """An existing file or directory, or one of the runner's named sources (``hub:NAME``)."""
+
+    name = "path"
+
+    def __init__(self, adapter_cls: type[BenchmarkRunner]) -> None:
+        self.adapter_cls = adapter_cls
+        self.path = click.Path(exists=True, path_type=Path)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if self.adapter_cls.is_dataset_source(value):
+            return Path(str(value))
+        return self.path.convert(value, param, ctx)
+
+
+def _dataset_options(
+    adapter_cls: type[BenchmarkRunner],
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    sources = ", ".join(f"{s}[:NAME]" for s in adapter_cls.DATASET_SOURCES)
+    help_file = "load tasks from this file or directory" + (f" or {sources}" if sources else "")
+    return functools.partial(_add_dataset_options, file_type=DatasetFile(adapter_cls), help_file=help_file)
+
+
+def _add_dataset_options(f: Callable[..., Any], file_type: DatasetFile, help_file: str) -> Callable[..., Any]:
     f = click.option(
         "--problem",
         type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -330,8 +356,8 @@ def _dataset_options(f: Callable[..., Any]) -> Callable[..., Any]:
     f = click.option(
         "--dataset-file",
         # A directory is passed through too: some runners read a dataset checkout (e.g. KernelBench/).
-        type=click.Path(exists=True, path_type=Path),
-        help="load tasks from this file or directory (default: the runner's bundled data)",
+        type=file_type,
+        help=f"{help_file} (default: the runner's bundled data)",
     )(f)
     return f
 
@@ -417,7 +443,7 @@ def make_cli(adapter_cls: type[BenchmarkRunner], default_dataset_file: Path | No
         help="model name, or an offline model: " + (", ".join(adapter_cls.OFFLINE_MODELS) or "none"),
     )
     @click.option("--run-id", callback=_check_run_id, help="run directory name [default: <runner>-<model>]")
-    @_dataset_options
+    @_dataset_options(adapter_cls)
     @_service_option
     @click.option(
         "--concurrency", type=click.IntRange(min=1), default=8, show_default=True, help="tasks in flight"
@@ -489,7 +515,7 @@ def make_cli(adapter_cls: type[BenchmarkRunner], default_dataset_file: Path | No
         print_score(result, artifacts)
 
     @cli.command("list-tasks")
-    @_dataset_options
+    @_dataset_options(adapter_cls)
     @_service_option
     @click.option("--json", "as_json", is_flag=True, help="one JSON task per line")
     def list_tasks(

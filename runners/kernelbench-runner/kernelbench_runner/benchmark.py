@@ -175,6 +175,7 @@ class KernelBenchRunner(BenchmarkRunner):
         "reference": reference_model,
         "torch-compile": torch_compile_model,
     }
+    DATASET_SOURCES: ClassVar[tuple[str, ...]] = ("hub",)  # --dataset-file hub[:NAME]: the public dataset
 
     def __init__(
         self, service: Any = None, dataset_name: str | None = None, options: dict[str, Any] | None = None
