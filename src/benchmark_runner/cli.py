@@ -341,25 +341,27 @@ class DatasetFile(click.ParamType):
 def _dataset_options(
     adapter_cls: type[BenchmarkRunner],
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--dataset-file`` (a file, a directory, or one of the runner's named sources), ``--dataset-name``
+    and ``--problem``."""
     sources = ", ".join(f"{s}[:NAME]" for s in adapter_cls.DATASET_SOURCES)
     help_file = "load tasks from this file or directory" + (f" or {sources}" if sources else "")
-    return functools.partial(_add_dataset_options, file_type=DatasetFile(adapter_cls), help_file=help_file)
 
+    def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
+        f = click.option(
+            "--problem",
+            type=click.Path(exists=True, dir_okay=False, path_type=Path),
+            help="run one problem file (never touches the dataset API)",
+        )(f)
+        f = click.option("--dataset-name", help="load tasks from the benchmark service's dataset NAME")(f)
+        f = click.option(
+            "--dataset-file",
+            # A directory is passed through too: some runners read a dataset checkout (e.g. KernelBench/).
+            type=DatasetFile(adapter_cls),
+            help=f"{help_file} (default: the runner's bundled data)",
+        )(f)
+        return f
 
-def _add_dataset_options(f: Callable[..., Any], file_type: DatasetFile, help_file: str) -> Callable[..., Any]:
-    f = click.option(
-        "--problem",
-        type=click.Path(exists=True, dir_okay=False, path_type=Path),
-        help="run one problem file (never touches the dataset API)",
-    )(f)
-    f = click.option("--dataset-name", help="load tasks from the benchmark service's dataset NAME")(f)
-    f = click.option(
-        "--dataset-file",
-        # A directory is passed through too: some runners read a dataset checkout (e.g. KernelBench/).
-        type=file_type,
-        help=f"{help_file} (default: the runner's bundled data)",
-    )(f)
-    return f
+    return decorate
 
 
 def _service_option(f: Callable[..., Any]) -> Callable[..., Any]:

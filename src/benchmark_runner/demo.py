@@ -23,9 +23,9 @@ import sys
 import time
 from pathlib import Path
 
+from .cli import EXIT_REFUSED  # the run directory holds another configuration
+
 RUN_ID = "demo"
-#: ``benchmark_runner.cli.EXIT_REFUSED``: the run directory holds another configuration.
-EXIT_REFUSED = 3
 RUNNER = "kernelbench-runner"
 
 

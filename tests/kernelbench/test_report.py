@@ -9,10 +9,10 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
-from click.testing import CliRunner
 from kernelbench_runner.benchmark import KernelBenchRunner
-from kernelbench_runner.report import report_command, write_report
+from kernelbench_runner.report import write_report
 
 from benchmark_runner.client import ServiceClient
 from benchmark_runner.llm import LLMConfig
@@ -127,13 +127,12 @@ def test_report_content_without_browser(run_dir: Path) -> None:
     }
 
 
-def test_report_command(run_dir: Path, tmp_path: Path) -> None:
+def test_report_elsewhere_and_a_missing_run(run_dir: Path, tmp_path: Path) -> None:
+    """The runner's `report RUN_ID` command is tested on a real run in test_kernelbench_cli.py."""
     out = tmp_path / "elsewhere" / "r.html"
-    result = CliRunner().invoke(report_command, ["r1", "--runs-dir", str(run_dir.parent), "--out", str(out)])
-    assert result.exit_code == 0, result.output
-    assert out.is_file() and "report:" in result.output
-    missing = CliRunner().invoke(report_command, ["nope", "--runs-dir", str(run_dir.parent)])
-    assert missing.exit_code != 0 and "no such run directory" in missing.output
+    assert write_report(run_dir, out) == out and out.is_file()
+    with pytest.raises(click.ClickException, match="no such run directory"):
+        write_report(run_dir.parent / "nope")
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="needs chromium (apt-get install chromium); CI installs it")

@@ -407,31 +407,3 @@ def write_report(
     page = render(run, target.parent.resolve(), price_in, price_out)
     target.write_text(page, encoding="utf-8")
     return target
-
-
-@click.command("report")
-@click.argument("run_id")
-@click.option(
-    "--runs-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("runs"),
-    show_default=True,
-    help="directory holding one folder per run",
-)
-@click.option(
-    "--out",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="where to write the page [default: <run dir>/report.html]",
-)
-@click.option("--price-in", type=click.FloatRange(min=0), default=None, help="$ per 1M prompt tokens")
-@click.option("--price-out", type=click.FloatRange(min=0), default=None, help="$ per 1M completion tokens")
-def report_command(
-    run_id: str, runs_dir: Path, out: Path | None, price_in: float | None, price_out: float | None
-) -> None:
-    """Write a self-contained HTML report of run RUN_ID (a run id under --runs-dir, or a run directory)."""
-    run_dir = (
-        Path(run_id) if Path(run_id).is_dir() and not (runs_dir / run_id).is_dir() else runs_dir / run_id
-    )
-    path = write_report(run_dir, out, price_in, price_out)
-    click.echo(f"report: {path}")

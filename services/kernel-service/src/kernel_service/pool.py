@@ -48,18 +48,6 @@ _ids = itertools.count(1)
 logger = logging.getLogger(__name__)
 
 
-def unshare_available() -> bool:
-    """Whether ``unshare`` can give a worker its own PID, network and mount namespaces here."""
-    return sandbox.available_launcher("unshare")[0] == "unshare"
-
-
-def _unshare_prefix(exe: str) -> list[str]:
-    # A new PID namespace needs its own /proc: without it cuInit fails (CUDA_ERROR_OPERATING_SYSTEM, 304)
-    # and torch silently sees no GPU (measured on the H100 host, bench/results/unshare_cuda_probe.txt).
-    # sandbox._unshare_base keeps --mount --mount-proc (and adds --map-root-user when not root).
-    return sandbox._unshare_base(exe)
-
-
 SANDBOX_CHOICES = ("auto", "bwrap", "unshare", "none")
 
 

@@ -73,6 +73,8 @@ def _works(cmd: list[str]) -> bool:
 
 
 def _unshare_base(exe: str) -> list[str]:
+    # A new PID namespace needs its own /proc: without it cuInit fails (CUDA_ERROR_OPERATING_SYSTEM, 304)
+    # and torch silently sees no GPU (measured on the H100 host, bench/results/unshare_cuda_probe.txt).
     cmd = [exe, "--pid", "--fork", "--kill-child", "--net", "--mount", "--mount-proc"]
     if os.geteuid() != 0:
         cmd.append("--map-root-user")

@@ -213,17 +213,21 @@ class KernelService(BenchmarkService):
         )
         if eval_cpus:
             eval_env["KS_CPUS"] = ",".join(map(str, eval_cpus))
-        eval_config = WorkerConfig(
-            role="eval",
-            root=work,
-            max_jobs_per_worker=cfg.max_jobs_per_worker,
-            env=eval_env,
-            fsize_bytes=cfg.fsize_bytes,
-            nproc=cfg.nproc,
-            sandbox=cfg.sandbox,
-            writable=[self.build_cache.root],
-        )
-        self.eval_pool = self._runner(eval_config, devices)
+
+        def pool_config(role: str, env: dict[str, str]) -> WorkerConfig:
+            assert self.build_cache is not None
+            return WorkerConfig(
+                role=role,
+                root=work,
+                max_jobs_per_worker=cfg.max_jobs_per_worker,
+                env=env,
+                fsize_bytes=cfg.fsize_bytes,
+                nproc=cfg.nproc,
+                sandbox=cfg.sandbox,
+                writable=[self.build_cache.root],
+            )
+
+        self.eval_pool = self._runner(pool_config("eval", eval_env), devices)
         await self.eval_pool.start()
         self.env_info = dict(self.eval_pool.ready_info or {})
         if cfg.compile_step:
@@ -234,17 +238,7 @@ class KernelService(BenchmarkService):
                 compile_env["KS_CPUS"] = ",".join(map(str, compile_cpus))
             if self.env_info.get("cuda_arch"):
                 compile_env["TORCH_CUDA_ARCH_LIST"] = str(self.env_info["cuda_arch"])
-            compile_config = WorkerConfig(
-                role="compile",
-                root=work,
-                max_jobs_per_worker=cfg.max_jobs_per_worker,
-                env=compile_env,
-                fsize_bytes=cfg.fsize_bytes,
-                nproc=cfg.nproc,
-                sandbox=cfg.sandbox,
-                writable=[self.build_cache.root],
-            )
-            self.compile_pool = self._runner(compile_config, [None] * n)
+            self.compile_pool = self._runner(pool_config("compile", compile_env), [None] * n)
             await self.compile_pool.start()
 
     def _runner(self, config: WorkerConfig, devices: list[str | None]) -> JobRunner:

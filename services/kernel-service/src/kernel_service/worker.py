@@ -184,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     if env.device == "cuda" and not os.environ.get("TORCH_CUDA_ARCH_LIST"):
         major, minor = torch.cuda.get_device_capability(0)
         os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"
+    iso = isolation.model_dump()
     channel.send(
         {
             "type": "ready",
@@ -194,10 +195,9 @@ def main(argv: list[str] | None = None) -> int:
             "cuda_version": env.cuda_version,
             "cuda_arch": os.environ.get("TORCH_CUDA_ARCH_LIST"),
             "startup_s": time.perf_counter() - t0,
-            "isolation": isolation.model_dump(),
+            "isolation": iso,
         }
     )
-    iso = isolation.model_dump()
     # What a job may not leave behind: patches on torch/the harness, threads (recycle when it does).
     base_guard = integrity.PatchGuard.for_harness()
     base_threads = integrity.thread_baseline()
