@@ -156,3 +156,33 @@ def test_fast_path_never_accepts_what_the_exact_path_rejects() -> None:
     x = torch.randn(1000)
     res = compare_outputs(x, x + 1e-5, 1e-4, 1e-4)
     assert res.ok and res.max_abs_error is not None and 0 < res.max_abs_error < 2e-5
+
+
+def test_sampled_snapshot_checks_shape_and_random_positions() -> None:
+    """Large timed outputs are compared at random positions drawn after the call: a kernel that skips a
+    slice of its output is still caught, a correct one passes, a wrong shape is named."""
+    from kernel_service.compare import Sample
+    from kernel_service.integrity import snapshot_outputs
+
+    ref = torch.randn(64, 4096)
+    snap = snapshot_outputs((ref.clone(), torch.ones(3)), sample_above=1000)
+    assert isinstance(snap[0], Sample) and snap[0].values.numel() == 1000
+    assert not isinstance(snap[1], Sample)  # small outputs are kept whole
+    assert compare_outputs((ref, torch.ones(3)), snap, 1e-4, 1e-4).ok
+
+    lazy = ref.clone()
+    lazy[60:] = 0  # the last 1/16 of the rows never written
+    caught = compare_outputs(ref, snapshot_outputs(lazy, sample_above=1000), 1e-4, 1e-4)
+    assert not caught.ok and "outside atol" in caught.message
+    assert (
+        "shape (32, 8192) != reference (64, 4096)"
+        in compare_outputs(
+            ref, snapshot_outputs(ref.reshape(32, 8192).clone(), sample_above=1000), 1, 1
+        ).message
+    )
+    # Non-contiguous outputs are sampled in place (no full copy) at the same logical positions.
+    t = torch.randn(4096, 64).t()
+    assert compare_outputs(t.contiguous(), snapshot_outputs(t, sample_above=100), 0, 0).ok
+    # Positions differ from one snapshot to the next.
+    a, b = (snapshot_outputs(ref, sample_above=1000).index[0] for _ in range(2))
+    assert not torch.equal(a, b)

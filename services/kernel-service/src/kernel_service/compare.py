@@ -7,6 +7,7 @@ worst absolute and relative errors are reported so a near miss can be told from 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +40,28 @@ def flatten_outputs(out: Any) -> list[Any]:
     return [out]
 
 
+@dataclass(frozen=True)
+class Sample:
+    """One output tensor's values at random positions, standing in for the whole tensor in a comparison.
+
+    ``compare_outputs`` checks the full tensor's shape, then compares these values (same dtype and device
+    as the tensor) with the reference's values at the same positions.
+    """
+
+    values: torch.Tensor
+    index: tuple[torch.Tensor, ...]
+    shape: torch.Size
+
+    @classmethod
+    def take(cls, t: torch.Tensor, n: int) -> Sample:
+        """``n`` positions (with replacement) drawn from a generator seeded by the OS, on ``t``'s device."""
+        gen = torch.Generator(device=t.device)
+        gen.manual_seed(int.from_bytes(os.urandom(8), "little") >> 1)
+        flat = torch.randint(t.numel(), (n,), device=t.device, generator=gen)
+        index = tuple(torch.unravel_index(flat, t.shape))
+        return cls(t[index], index, t.shape)
+
+
 @dataclass
 class Comparison:
     ok: bool
@@ -63,6 +86,18 @@ def compare_outputs(ref: Any, new: Any, atol: float, rtol: float) -> Comparison:
     worst_rel = 0.0
     for i, (r_raw, n_raw) in enumerate(zip(refs, news, strict=True)):
         where = f"output {i}" if len(refs) > 1 else "output"
+        if isinstance(n_raw, Sample):
+            if not isinstance(r_raw, torch.Tensor):
+                return Comparison(
+                    False, f"{where}: solution returned a tensor, expected {type(r_raw).__name__}"
+                )
+            if r_raw.shape != n_raw.shape:
+                return Comparison(
+                    False, f"{where}: shape {tuple(n_raw.shape)} != reference {tuple(r_raw.shape)}"
+                )
+            if r_raw.device != n_raw.values.device:
+                return Comparison(False, f"{where}: on {n_raw.values.device}, reference on {r_raw.device}")
+            r_raw, n_raw = r_raw[n_raw.index], n_raw.values
         r, n = _as_tensor(r_raw), _as_tensor(n_raw)
         if r is None or n is None:
             if r_raw != n_raw:

@@ -13,8 +13,9 @@ seed each from ``os.urandom``, generated directly on the device (``get_inputs()`
 reference's output for the same inputs is never alive while solution code runs. Then warm-up and
 ``perf_trials`` timed calls per side, interleaved (ABBA) so clock drift hits both sides alike, each on
 freshly generated inputs, L2 flushed and the device synchronised around every call; every timed
-candidate output is snapshotted right after its call and compared with a reference computed later on the
-same inputs, so a kernel cannot be right only when it expects to be checked. Between phases the
+candidate output is snapshotted right after its call (outputs over ``TIMED_SAMPLE_ELEMENTS`` at that many
+positions drawn after the call returned) and compared with a reference computed later on the same
+inputs, so a kernel cannot be right only when it expects to be checked. Between phases the
 integrity snapshot is re-checked: a patched timer, harness, torch function or reference weight is an
 ``execution_failure`` whose message starts with ``integrity:`` (and the worker is recycled).
 """
@@ -56,6 +57,9 @@ MIN_TIMED_TRIALS = 5
 #: With a cached reference timing the reference is not re-run per pair: this many timed candidate outputs
 #: (at indices drawn from os.urandom) plus the last one are compared with freshly computed references.
 CACHED_REF_CHECKS = 3
+#: Timed outputs of more elements are checked at this many random positions (all trials' outputs in
+#: the correctness phase are compared whole).
+TIMED_SAMPLE_ELEMENTS = 1 << 20
 #: Messages of failures found by the integrity checks start with this (the worker then recycles itself).
 INTEGRITY_PREFIX = "integrity: "
 
@@ -700,7 +704,7 @@ def _time_both(
                 new_times.append(ms)
                 del inputs
                 _reject_output(out, f"timed call {i + 1}", base, atol, rtol)
-                snap = integrity.snapshot_outputs(out)
+                snap = integrity.snapshot_outputs(out, sample_above=TIMED_SAMPLE_ELEMENTS)
                 del out
                 threads = integrity.solution_threads(guard.threads0, guard.solution_files)
                 if threads:

@@ -12,8 +12,9 @@ attacks into detected failures:
   *before* the solution is imported; :meth:`PatchGuard.violations` names anything replaced since.
 * :func:`output_violation` rejects outputs that are not plain tensors (a ``Tensor`` subclass can defer
   its work until the harness compares it, so the timed call returns instantly).
-* :func:`snapshot_outputs` clones an output right after its timed call, so work finished later by a
-  background thread or a side stream the timer did not wait for is not seen by the comparison.
+* :func:`snapshot_outputs` copies an output (or, for large ones, random positions of it) right after its
+  timed call, so work finished later by a background thread or a side stream the timer did not wait for
+  is not seen by the comparison.
 * :func:`solution_threads` names threads still running solution code after ``forward`` returned.
 * :class:`KernelProbe` records, for one untimed call, whether the solution called a compiled extension
   (``load_inline``/``load``), a custom ``torch.ops`` namespace or a Triton kernel: KernelBench's point is a
@@ -332,16 +333,27 @@ def output_violation(out: Any) -> str | None:
     return None
 
 
-def snapshot_outputs(out: Any) -> Any:
-    """A detached copy of every tensor in ``out`` (call it right after the timed call returns)."""
+def snapshot_outputs(out: Any, sample_above: int | None = None) -> Any:
+    """A detached copy of every tensor in ``out`` (call it right after the timed call returns).
+
+    With ``sample_above``, a tensor of more elements is kept as a :class:`~.compare.Sample`: its values at
+    ``sample_above`` positions drawn now, from the OS's randomness, after the call has returned (so the
+    solution cannot know which elements will be read). Cloning and comparing multi-GB outputs of every
+    timed call cost several times the kernels being timed; a kernel that skips even a thousandth of its
+    output is still caught at a million random positions with certainty for practical purposes.
+    """
     import torch
 
+    from .compare import Sample
+
     if isinstance(out, torch.Tensor):
-        return out.detach().clone()
+        if sample_above is None or out.numel() <= sample_above:
+            return out.detach().clone()
+        return Sample.take(out.detach(), sample_above)
     if isinstance(out, tuple):
-        return tuple(snapshot_outputs(x) for x in out)
+        return tuple(snapshot_outputs(x, sample_above) for x in out)
     if isinstance(out, list):
-        return [snapshot_outputs(x) for x in out]
+        return [snapshot_outputs(x, sample_above) for x in out]
     return out
 
 
