@@ -112,7 +112,8 @@ def summarize_run(run_dir: Path) -> dict[str, Any]:
                 "speedup": d.get("speedup"),
                 "ref_ms": (d.get("ref_timing") or {}).get("median"),
                 "new_ms": (d.get("new_timing") or {}).get("median"),
-                "eval_s": elapsed.get("total_s"),
+                # in the worker, without the wait for a free GPU slot (--concurrency queues tasks)
+                "eval_s": elapsed["total_s"] - elapsed.get("queue_s", 0.0) if "total_s" in elapsed else None,
                 "latency_s": ev.latency_s,
                 "message": (d.get("message") or "")[:300],
             }

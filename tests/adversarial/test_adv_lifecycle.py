@@ -67,9 +67,13 @@ def _job(build: Path, solution: str, reference: str = REF, **options: Any) -> di
     }
 
 
-def _run(tmp_path: Path, max_jobs: int, jobs: list[dict[str, Any]]) -> list[tuple[KernelEvalResponse, str]]:
+def _run(
+    tmp_path: Path, max_jobs: int, jobs: list[dict[str, Any]], env: dict[str, str] | None = None
+) -> list[tuple[KernelEvalResponse, str]]:
     async def main() -> list[tuple[KernelEvalResponse, str]]:
-        config = WorkerConfig(root=tmp_path / "work", max_jobs_per_worker=max_jobs, env=ONE_THREAD)
+        config = WorkerConfig(
+            root=tmp_path / "work", max_jobs_per_worker=max_jobs, env={**ONE_THREAD, **(env or {})}
+        )
         pool = WorkerPool(config, [None])
         await pool.start()
         out = []
@@ -144,6 +148,45 @@ def test_honest_batchnorm_reference_is_not_flagged(tmp_path: Path) -> None:
         assert res.uses_custom_kernel is False and res.custom_kernels == []
         assert res.phases is not None and {"load_solution", "correctness", "timing"} <= res.phases.keys()
     assert results[0][1] == results[1][1]  # an honest job does not cost a worker restart
+
+
+COMPILED = """
+import torch
+import torch.nn as nn
+from concurrent.futures import ThreadPoolExecutor
+
+_idle_pool = ThreadPoolExecutor(1)
+_idle_pool.submit(int).result()  # its thread now waits, idle, for work that never comes
+
+class ModelNew(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(n, n))
+        self.f = torch.compile(lambda x, w: torch.relu(x @ w) - torch.relu(-(x @ w)))
+
+    def forward(self, x):
+        return self.f(x, self.weight)
+"""
+
+
+def test_torch_compile_and_idle_pool_threads_keep_the_worker(tmp_path: Path) -> None:
+    """torch.compile (inductor compiling in-process, as the service configures it) leaves only parked
+    pool threads behind: the worker serves the next job (no fresh torch import per torch.compile
+    submission). A thread still running after its job does recycle the worker."""
+    results = _run(
+        tmp_path,
+        50,
+        [
+            _job(tmp_path, COMPILED),
+            _job(tmp_path, source("honest")),
+            _job(tmp_path, source("thread_offload")),
+            _job(tmp_path, source("honest")),
+        ],
+        env={"TORCHINDUCTOR_COMPILE_THREADS": "1"},
+    )
+    (compiled, w1), (ok, w2), (_, w3), (ok2, w4) = results
+    assert compiled.outcome.value == ok.outcome.value == ok2.outcome.value == "correct", compiled.message
+    assert w1 == w2 == w3 != w4
 
 
 def test_isolation_report_in_every_answer(tmp_path: Path) -> None:

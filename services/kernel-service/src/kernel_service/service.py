@@ -204,7 +204,14 @@ class KernelService(BenchmarkService):
         await anyio.to_thread.run_sync(self.build_cache.evict)  # a restart with a smaller limit trims it
         if cfg.result_cache:
             self.result_cache = ResultCache(cfg.result_cache_dir, cfg.result_cache_max_entries)
-        eval_env = {"OMP_NUM_THREADS": str(cfg.cpu_threads), "MKL_NUM_THREADS": str(cfg.cpu_threads)}
+        eval_env = {
+            "OMP_NUM_THREADS": str(cfg.cpu_threads),
+            "MKL_NUM_THREADS": str(cfg.cpu_threads),
+            # Inductor compiles in the worker, not in a pool of subprocesses: processes a job leaves
+            # behind make the worker recycle itself (a fresh torch import, ~12 s on an H100 host) after
+            # every torch.compile submission, and one problem has only a few kernels to compile.
+            "TORCHINDUCTOR_COMPILE_THREADS": "1",
+        }
         devices: list[str | None] = (
             [str(g) for g in self.gpus] if self.gpus else [None] * max(1, cfg.cpu_workers)
         )

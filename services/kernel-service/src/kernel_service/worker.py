@@ -18,6 +18,7 @@ whole group on timeout.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures.thread
 import faulthandler
 import json
 import os
@@ -276,6 +277,12 @@ def _preimport() -> None:
             pass
 
 
+#: The loop of a ``concurrent.futures`` pool thread. A thread whose innermost Python frame is this loop
+#: is parked between work items and runs nothing: torch.compile leaves one (inductor's pool) after
+#: every compile, and recycling the worker for it would cost a fresh torch import per submission.
+_IDLE_POOL_THREAD = concurrent.futures.thread._worker.__code__
+
+
 def _leftovers(guard: Any, threads: frozenset[int], capture: Capture) -> list[str]:
     """Why this worker must not serve another job: processes, threads or patches a job left behind."""
     found = []
@@ -283,7 +290,12 @@ def _leftovers(guard: Any, threads: frozenset[int], capture: Capture) -> list[st
     if killed:
         found.append(f"killed {killed} leftover process(es)")
     # The capture thread may outlive its job for a moment (a child held the pipe): not the solution's.
-    extra = set(sys._current_frames()) - threads - {threading.get_ident(), capture.thread_ident}
+    frames = sys._current_frames()
+    extra = {
+        ident
+        for ident in set(frames) - threads - {threading.get_ident(), capture.thread_ident}
+        if frames[ident].f_code is not _IDLE_POOL_THREAD
+    }
     if extra:
         found.append(f"{len(extra)} thread(s) left running")
     found += guard.violations(check_values=False)
