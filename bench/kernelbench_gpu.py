@@ -116,6 +116,7 @@ def summarize_run(run_dir: Path) -> dict[str, Any]:
                 "eval_s": elapsed["total_s"] - elapsed.get("queue_s", 0.0) if "total_s" in elapsed else None,
                 "latency_s": ev.latency_s,
                 "message": (d.get("message") or "")[:300],
+                "recycled": d.get("recycled"),
             }
         )
     correct = [r for r in rows if r["outcome"] == "correct" and r["speedup"]]

@@ -117,6 +117,8 @@ def test_worker_is_replaced_after_max_jobs_and_after_faults(tmp_path: Path) -> N
     assert workers[2] == workers[3] != workers[4], workers
     assert workers[4] == workers[5] != workers[6], workers
     assert len(set(workers)) == 4
+    assert [r.recycled is not None for r, _ in results] == [False, True, False, True, False, True, False]
+    assert "max_jobs_per_worker" in (results[1][0].recycled or "")
     assert results[5][0].message.startswith("integrity: "), results[5][0].message
     for res, _ in results:
         if res.outcome.value == "correct":
@@ -184,9 +186,11 @@ def test_torch_compile_and_idle_pool_threads_keep_the_worker(tmp_path: Path) -> 
         ],
         env={"TORCHINDUCTOR_COMPILE_THREADS": "1"},
     )
-    (compiled, w1), (ok, w2), (_, w3), (ok2, w4) = results
+    (compiled, w1), (ok, w2), (offload, w3), (ok2, w4) = results
     assert compiled.outcome.value == ok.outcome.value == ok2.outcome.value == "correct", compiled.message
     assert w1 == w2 == w3 != w4
+    assert compiled.recycled is None and ok.recycled is None
+    assert offload.recycled is not None and "thread" in offload.recycled, offload.recycled
 
 
 def test_isolation_report_in_every_answer(tmp_path: Path) -> None:

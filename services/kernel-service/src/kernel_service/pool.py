@@ -242,8 +242,12 @@ class WorkerProcess:
                     result = msg.get("result")
                     if not isinstance(result, dict):
                         return self._fault("protocol", "result is not a JSON object", phase)
-                    recycle = bool(result.pop("recycle", False))
-                    if recycle or self.jobs_done >= self.config.max_jobs_per_worker:
+                    why = result.pop("recycle", None)
+                    recycle = bool(why)
+                    if not recycle and self.jobs_done >= self.config.max_jobs_per_worker:
+                        why = f"served {self.jobs_done} jobs (max_jobs_per_worker)"
+                    if why:
+                        result["recycled"] = str(why)[:500]
                         self.kill()
                     return Reply(result=result, worker_id=self.worker_id, phase=phase, recycle=recycle)
                 else:

@@ -208,6 +208,10 @@ class KernelEvalResponse(StrictModel):
     custom_kernels: list[str] = Field(default_factory=list, description="custom kernels the solution ran")
     isolation: dict[str, Any] | None = Field(default=None, description="sandbox layers around the worker")
     phases: dict[str, float] | None = Field(default=None, description="seconds per harness phase")
+    recycled: str | None = Field(
+        default=None,
+        description="why the worker was replaced after this job (the next job waits for a fresh one)",
+    )
 
     @classmethod
     def failure(cls, outcome: Outcome, message: str, **fields: Any) -> KernelEvalResponse:

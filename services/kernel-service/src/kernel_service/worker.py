@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
                 result["isolation"] = iso
             left = _leftovers(base_guard, base_threads, capture)
             if left:
-                result["recycle"] = True
+                result["recycle"] = "; ".join(left[:3])[:500]
                 sys.stderr.write(f"job {job_id}: recycling: {'; '.join(left[:3])}\n")
             channel.send({"type": "result", "job_id": job_id, "result": _fix_nonfinite(result)})
         except BaseException as exc:  # a harness failure must still answer, then the parent recycles us
@@ -257,11 +257,8 @@ def _run_job(raw: dict[str, Any], jobdir: Path, env: Any, report: Any) -> dict[s
         return harness.compile_only(job, jobdir, env, report)
     result = harness.evaluate(job, jobdir, env, report)
     # A failure may have left CUDA (a sticky error) or torch in a bad state: start the next job clean.
-    result["recycle"] = result.get("outcome") in (
-        "execution_failure",
-        "initialization_failure",
-        "unknown_error",
-    )
+    if result.get("outcome") in ("execution_failure", "initialization_failure", "unknown_error"):
+        result["recycle"] = f"after an {result['outcome']}"
     return result
 
 

@@ -39,7 +39,7 @@ async def run_in_pool(pool: JobRunner, request: BackendBenchEvalRequest) -> Back
         if reply.output:
             detail += f"; output tail: {reply.output[-500:]}"
         return BackendBenchEvalResponse.failure(request, outcome, detail)
-    result = {k: v for k, v in reply.result.items() if k not in ("output", "recycle")}
+    result = {k: v for k, v in reply.result.items() if k not in ("output", "recycled")}
     try:
         return BackendBenchEvalResponse.model_validate(result)
     except ValidationError as exc:
