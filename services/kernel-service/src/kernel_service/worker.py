@@ -272,6 +272,14 @@ def _preimport() -> None:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - optional (no triton on a CPU box, say)
             pass
+    try:
+        import tqdm
+
+        # Inductor shows tqdm bars; tqdm's monitor thread would then outlive the job and recycle the
+        # worker after every torch.compile submission (0 = no monitor thread, tqdm's own switch).
+        tqdm.tqdm.monitor_interval = 0
+    except Exception:  # noqa: BLE001 - tqdm is optional
+        pass
 
 
 #: The loop of a ``concurrent.futures`` pool thread. A thread whose innermost Python frame is this loop
