@@ -154,8 +154,8 @@ async def check_service(url: str) -> None:
                 raise FatalError(f"benchmark service at {url} is unreachable: {exc}") from exc
 
 
-def _client(url: str | None) -> ServiceClient | None:
-    return ServiceClient(url, os.environ.get(SERVICE_API_KEY_ENV)) if url else None
+def _client(url: str | None, run_id: str | None) -> ServiceClient | None:
+    return ServiceClient(url, os.environ.get(SERVICE_API_KEY_ENV), run_id=run_id) if url else None
 
 
 async def _with_runner(
@@ -165,12 +165,15 @@ async def _with_runner(
     dataset_name: str | None,
     body: Callable[[BenchmarkRunner], Awaitable[R]],
     options: dict[str, Any] | None = None,
+    run_id: str | None = None,
 ) -> R:
-    """Resolve the service, build the runner around a client, run ``body``; close everything after."""
+    """Resolve the service, build the runner around a client, run ``body``; close everything after.
+
+    The client names ``run_id`` in every request, so a shared service takes turns between runs."""
     async with service_endpoint(adapter_cls, service_url, service_required) as url:
         if url:
             await check_service(url)
-        client = _client(url)
+        client = _client(url, run_id)
         runner = adapter_cls(service=client, dataset_name=dataset_name)
         runner.configure(options or {})
         try:
@@ -511,7 +514,7 @@ def make_cli(adapter_cls: type[BenchmarkRunner], default_dataset_file: Path | No
         options = stored_options(adapter_cls, config)
         result = _run_async(
             lambda: _with_runner(
-                adapter_cls, service_url, needs_service(adapter_cls), dataset_name, body, options
+                adapter_cls, service_url, needs_service(adapter_cls), dataset_name, body, options, run_id
             )
         )
         print_score(result, artifacts)
@@ -706,7 +709,9 @@ def execute_run(adapter_cls: type[BenchmarkRunner], args: RunArgs, default_datas
         return EXIT_OK
 
     return _run_async(
-        lambda: _with_runner(adapter_cls, args.service_url, required, args.dataset_name, body, args.extra)
+        lambda: _with_runner(
+            adapter_cls, args.service_url, required, args.dataset_name, body, args.extra, run_id
+        )
     )
 
 
@@ -751,7 +756,9 @@ def execute_evaluate(
 
     required = needs_service(adapter_cls, dataset_name)
     options = stored_options(adapter_cls, config)
-    return _run_async(lambda: _with_runner(adapter_cls, service_url, required, dataset_name, body, options))
+    return _run_async(
+        lambda: _with_runner(adapter_cls, service_url, required, dataset_name, body, options, run_id)
+    )
 
 
 def dump_json(data: Any) -> str:

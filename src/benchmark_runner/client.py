@@ -18,6 +18,8 @@ import httpx
 SERVICE_URL_ENV = "BENCHMARK_SERVICE_URL"
 SERVICE_API_KEY_ENV = "BENCHMARK_SERVICE_API_KEY"
 API_KEY_HEADER = "X-API-Key"
+#: Names the run a request belongs to, so a shared service can take turns between concurrent runs.
+RUN_ID_HEADER = "X-Run-Id"
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 #: Cap on a server-sent Retry-After, so a misconfigured server cannot stall a run for hours.
 MAX_RETRY_AFTER_S = 60.0
@@ -60,8 +62,11 @@ class ServiceClient:
         retries: int = 4,
         backoff: float = 0.5,
         transport: httpx.AsyncBaseTransport | None = None,
+        run_id: str | None = None,
     ) -> None:
         headers = {API_KEY_HEADER: api_key} if api_key else {}
+        if run_id:
+            headers[RUN_ID_HEADER] = run_id
         self.base_url = base_url.rstrip("/")
         self.retries = retries
         self.backoff = backoff

@@ -12,7 +12,9 @@ from typing import Any
 
 import httpx
 import pytest
-from adv_helpers import FSIZE, AdversarialService, assert_healthy, evaluate, source
+from adv_helpers import FAST, FSIZE, AdversarialService, assert_healthy, evaluate, source
+from kernel_service.harness import TIMED_SAMPLE_ELEMENTS
+from kernel_service.schemas import KernelEvalResponse
 
 # ---- speed and correctness cheats -----------------------------------------------------------------
 
@@ -36,6 +38,35 @@ def test_cheat_gets_no_undeserved_correct(client: httpx.Client, case: str, optio
     )
     assert res.reward < 0
     assert_healthy(client)
+
+
+REF_BIG = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+def get_inputs():
+    return [torch.randn(1100, 1024)]  # 1.13M elements: timed outputs are sampled, not cloned whole
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_skipping_part_of_a_large_output_when_timed_is_caught(client: httpx.Client) -> None:
+    """Outputs over ``TIMED_SAMPLE_ELEMENTS`` are checked at random positions drawn after each timed call:
+    skipping a tenth of the output on timed calls only is still an ``incorrect``."""
+    assert 1100 * 1024 > TIMED_SAMPLE_ELEMENTS
+    body = {"reference": REF_BIG, "solution": source("skip_rows_when_timed"), "options": FAST}
+    res = KernelEvalResponse.model_validate(client.post("/v1/evaluate", json=body).json())
+    assert res.correctness_trials_passed == FAST["correctness_trials"], res.message
+    assert res.outcome == "incorrect" and "timed call" in res.message, res.message
+    honest = {**body, "solution": REF_BIG.replace("class Model(", "class ModelNew(")}
+    ok = KernelEvalResponse.model_validate(client.post("/v1/evaluate", json=honest).json())
+    assert ok.outcome == "correct", ok.message
 
 
 def test_stale_cache_gains_nothing(client: httpx.Client) -> None:

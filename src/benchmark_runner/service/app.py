@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..client import API_KEY_HEADER
+from ..client import API_KEY_HEADER, RUN_ID_HEADER
 from ..schemas import (
     LegacyEvaluateRequest,
     LegacyEvaluateResponse,
@@ -36,6 +36,7 @@ from ..schemas import (
     TaskList,
 )
 from .base import BenchmarkService
+from .caller import set_caller
 
 logger = logging.getLogger(__name__)
 
@@ -383,6 +384,7 @@ def make_app(service: BenchmarkService, config: ServiceConfig | None = None) -> 
     async def evaluate(request: Request, tenant: str | None = Depends(authenticate)) -> JSONResponse:
         body = await _parse(request, service.evaluate_request_model)
         check_dataset(tenant, getattr(body, "dataset", None))
+        set_caller(tenant, request.headers.get(RUN_ID_HEADER))
         result = await _call("evaluate", lambda: service.evaluate(body))
         answer = _conform(result, service.evaluate_response_model, "evaluate")
         return JSONResponse(answer.model_dump(mode="json"))
@@ -411,8 +413,9 @@ def make_app(service: BenchmarkService, config: ServiceConfig | None = None) -> 
         return JSONResponse(listing.model_dump(mode="json"))
 
     @app.post("/evaluate-response/")
-    async def legacy_evaluate(request: Request, _tenant: str | None = Depends(authenticate)) -> JSONResponse:
+    async def legacy_evaluate(request: Request, tenant: str | None = Depends(authenticate)) -> JSONResponse:
         body = await _parse(request, LegacyEvaluateRequest)
+        set_caller(tenant, request.headers.get(RUN_ID_HEADER))
         result = await _call("legacy_evaluate (/evaluate-response/)", lambda: service.legacy_evaluate(body))
         return JSONResponse(
             _conform(result, LegacyEvaluateResponse, "legacy_evaluate").model_dump(mode="json")

@@ -33,8 +33,11 @@ from typing import Any
 
 import anyio
 
+from benchmark_runner.service.caller import current_caller
+
 from . import sandbox
 from .sandbox import Launcher
+from .scheduling import FairScheduler
 from .worker import FAULT_LOG_NAME, read_tail
 
 #: Longest JSON line accepted from a worker; results are excerpts, so anything bigger is a broken worker.
@@ -365,6 +368,7 @@ class WorkerPool:
         self.launcher: Launcher | None = None  # resolved (probed) in start()
         self.launcher_notes: tuple[str, ...] = ()
         self._idle: asyncio.Queue[WorkerProcess] | None = None
+        self._turns = FairScheduler(len(devices))
         self._all: list[WorkerProcess] = []
         self.ready_info: dict[str, Any] | None = None
 
@@ -413,11 +417,21 @@ class WorkerPool:
             self.ready_info = await anyio.to_thread.run_sync(w.wait_ready)
             self._idle.put_nowait(w)
 
-    async def run(self, job: dict[str, Any], timeout: float) -> tuple[Reply, float]:
-        """Run ``job`` on an idle worker; returns the reply and the seconds spent waiting for one."""
+    async def run(
+        self, job: dict[str, Any], timeout: float, caller: str | None = None
+    ) -> tuple[Reply, float]:
+        """Run ``job`` on an idle worker; returns the reply and the seconds spent waiting for one.
+
+        Callers (default: the request's, ``current_caller()``) take turns at the workers (``FairScheduler``).
+        """
         assert self._idle is not None, "pool not started"
-        needed = self._grant_build_dir(job)
         t0 = time.monotonic()
+        async with self._turns.slot(current_caller() if caller is None else caller):
+            return await self._run(job, timeout, t0)
+
+    async def _run(self, job: dict[str, Any], timeout: float, t0: float) -> tuple[Reply, float]:
+        assert self._idle is not None
+        needed = self._grant_build_dir(job)
         worker = await self._idle.get()
         waited = time.monotonic() - t0
         try:
