@@ -302,7 +302,9 @@ def _leftovers(guard: Any, threads: frozenset[int], capture: Capture) -> list[st
         if frames[ident].f_code is not _IDLE_POOL_THREAD
     }
     if extra:
-        found.append(f"{len(extra)} thread(s) left running")
+        names = {t.ident: t.name for t in threading.enumerate()}
+        named = ", ".join(sorted(names.get(i, "?") for i in extra)[:5])
+        found.append(f"{len(extra)} thread(s) left running ({named})")
     found += guard.violations(check_values=False)
     return found
 
