@@ -12,10 +12,17 @@ from click.testing import CliRunner, Result
 
 from benchmark_runner.base import BenchmarkRunner, OfflineModel
 from benchmark_runner.cli import make_cli
-from benchmark_runner.examples.arithmetic import DATA_FILE, ArithmeticRunner
+from benchmark_runner.examples.arithmetic import DATA_FILE, ArithmeticRunner, ArithmeticService
 from benchmark_runner.llm import LLMConfig
-from benchmark_runner.schemas import EvalResult, GenerationResult, ScoreResult, Task
-from benchmark_runner.service import BenchmarkService
+from benchmark_runner.schemas import (
+    EvalResult,
+    EvalResultData,
+    EvaluateRequest,
+    GenerationResult,
+    ScoreResult,
+    Task,
+)
+from benchmark_runner.service import BenchmarkService, current_caller
 
 
 async def _record(runner: BenchmarkRunner, task: Task, cfg: LLMConfig, log_dir: Path) -> GenerationResult:
@@ -367,3 +374,41 @@ def test_dataset_file_accepts_the_runners_named_sources(tmp_path: Path) -> None:
     res = invoke(group, "--model", "oracle", "--run-id", "n", "--dataset-file", "memo", tmp=tmp_path)
     assert res.exit_code == 2 and "does not exist" in res.output  # only the declared source gets through
     assert "mem[:NAME]" in CliRunner().invoke(group, ["run", "--help"]).output
+
+
+CALLERS: list[str] = []
+
+
+class CallerRecordingService(ArithmeticService):
+    async def evaluate(self, request: EvaluateRequest) -> EvalResultData:
+        CALLERS.append(current_caller())
+        return await super().evaluate(request)
+
+
+class CallerRunner(ArithmeticRunner):
+    NAME = "callers"
+
+    @classmethod
+    def embedded_service(cls) -> BenchmarkService:
+        return CallerRecordingService()
+
+
+def test_the_service_knows_which_run_each_request_belongs_to(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runner's client names its run (X-Run-Id); the service sees it per request (fair turns use it)."""
+    monkeypatch.delenv("BENCHMARK_SERVICE_URL", raising=False)
+    monkeypatch.delenv("BENCHMARK_SERVICE_API_KEY", raising=False)
+    CALLERS.clear()
+    res = invoke(
+        make_cli(CallerRunner, DATA_FILE),
+        "--model",
+        "oracle",
+        "--run-id",
+        "run-7",
+        "--limit",
+        "3",
+        tmp=tmp_path,
+    )
+    assert res.exit_code == 0, res.output
+    assert CALLERS == ["-/run-7"] * 3
