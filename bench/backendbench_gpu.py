@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import subprocess
 import sys
@@ -25,17 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-SOURCE_DIRS = [
-    ROOT / "src",
-    ROOT / "services" / "kernel-service" / "src",
-    ROOT / "runners" / "backendbench-runner",
-]
-sys.path[:0] = [str(p) for p in SOURCE_DIRS if str(p) not in sys.path]
-# Absolute, for the service's worker subprocesses and the runner subprocess (which start elsewhere).
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    [*(str(p) for p in SOURCE_DIRS), *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)]
-)
+from _sources import ROOT, use_sources  # bench/ (the script's dir) is on sys.path
+
+use_sources("backendbench-runner")
 
 import torch  # noqa: E402
 from backendbench_runner.service import make_service  # noqa: E402

@@ -30,16 +30,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-SOURCE_DIRS = [
-    ROOT / "src",
-    ROOT / "services" / "kernel-service" / "src",
-    ROOT / "runners" / "kernelbench-runner",
-]
-sys.path[:0] = [str(p) for p in SOURCE_DIRS if str(p) not in sys.path]
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    [*(str(p) for p in SOURCE_DIRS), *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)]
-)
+from _sources import use_sources  # bench/ (the script's dir) is on sys.path
+
+use_sources("kernelbench-runner")
 
 from kernel_service.metrics import kernelbench_metrics, metrics_by_level  # noqa: E402
 from kernelbench_runner.records import outcomes_from_evaluations  # noqa: E402
