@@ -47,8 +47,12 @@ def run_runner(args: argparse.Namespace, run_id: str) -> tuple[int | None, float
     cmd += ["--concurrency", str(args.concurrency)]
     for level in args.level:
         cmd += ["--level", str(level)]
+    for task_id in args.task_id:
+        cmd += ["--task-id", task_id]
     if args.limit:
         cmd += ["--limit", str(args.limit)]
+    if args.tolerance:
+        cmd += ["--tolerance", str(args.tolerance)]
     print("$", " ".join(cmd[1:]), flush=True)
     t0 = time.perf_counter()
     log = args.output_dir / f"{run_id}.log"
@@ -138,7 +142,9 @@ def main() -> int:
     parser.add_argument("--model", default="reference", choices=["reference", "torch-compile"])
     parser.add_argument("--dataset-file", type=Path, required=True)
     parser.add_argument("--level", type=int, action="append", default=[])
+    parser.add_argument("--task-id", action="append", default=[], help="only this task (repeatable)")
     parser.add_argument("--limit", type=int, default=0)
+    parser.add_argument("--tolerance", type=float, help="atol = rtol [default: the runner's, upstream's]")
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--output-dir", type=Path, default=Path("runs"))
     parser.add_argument("--run-id", default="")
@@ -165,7 +171,9 @@ def main() -> int:
     report = {
         "bench": "kernelbench_gpu",
         "command": f"kernelbench-runner run --model {args.model} --dataset-file {args.dataset_file.name} "
-        + " ".join(f"--level {lv}" for lv in args.level),
+        + " ".join(f"--level {lv}" for lv in args.level)
+        + "".join(f" --task-id {t}" for t in args.task_id)
+        + (f" --tolerance {args.tolerance}" if args.tolerance else ""),
         "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
         "gpus": torch.cuda.device_count(),
         "torch": torch.__version__,
