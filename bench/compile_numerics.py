@@ -86,6 +86,7 @@ def main() -> int:
         "tolerance": args.tolerance,
         "problems": {},
     }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     for name in args.name:
         try:
             report["problems"][name] = probe(codes[name], args.tolerance, args.device)
@@ -93,8 +94,7 @@ def main() -> int:
             report["problems"][name] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
         torch.cuda.empty_cache()
         print(name, json.dumps(report["problems"][name]), flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1) + "\n")
+        args.out.write_text(json.dumps(report, indent=1) + "\n")  # after each: a time limit keeps the rest
     return 0
 
 
