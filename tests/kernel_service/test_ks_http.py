@@ -59,6 +59,31 @@ def test_loose_tolerance_is_reported(client: httpx.Client) -> None:
     assert res.outcome == "correct" and res.atol == res.rtol == 1e-2
 
 
+SOL_ADD_ONLY_WITHOUT_TF32 = """
+import torch
+
+class ModelNew(torch.nn.Module):
+    def forward(self, a, b):
+        tf32 = torch.backends.cudnn.allow_tf32 or torch.backends.cuda.matmul.allow_tf32
+        return a - b if tf32 else a + b
+"""
+
+
+def test_tf32_setting_holds_for_one_evaluation_only(client: httpx.Client) -> None:
+    """'off' is what both sides see during the job; the warm worker's next job has PyTorch's defaults."""
+    res = evaluate(client, S.REF_ADD, SOL_ADD_ONLY_WITHOUT_TF32, options={"tf32": "off"})
+    assert res.outcome == "correct", res.message
+    assert res.tf32 == {"cudnn": False, "matmul": False}
+    res = evaluate(client, S.REF_ADD, SOL_ADD_ONLY_WITHOUT_TF32)
+    assert res.outcome == "incorrect" and res.tf32 == {"cudnn": True, "matmul": False}
+    res = evaluate(client, S.REF_ADD, S.SOL_ADD_OK, options={"tf32": "on"})
+    assert res.outcome == "correct" and res.tf32 == {"cudnn": True, "matmul": True}
+    r = client.post(
+        "/v1/evaluate", json={"reference": S.REF_ADD, "solution": S.SOL_ADD_OK, "options": {"tf32": "no"}}
+    )
+    assert r.status_code == 422 and "tf32" in r.text
+
+
 @pytest.mark.parametrize(
     ("solution", "outcome", "reward", "needle"),
     [

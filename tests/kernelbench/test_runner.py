@@ -41,6 +41,9 @@ def test_options_are_validated_with_the_option_name() -> None:
         {"level": 1, "tolerance": 0.01, "price_in": None, "other_runner_key": 1}
     )
     assert opts.level == [1] and opts.eval_options() == {"tolerance": 0.01} and opts.price_in is None
+    assert KernelBenchOptions.from_extra({"tf32": "off"}).eval_options() == {"tf32": "off"}
+    with pytest.raises(click.BadParameter, match="tf32"):
+        KernelBenchOptions.from_extra({"tf32": "maybe"})
 
 
 async def test_reference_baseline_full_loop(kernel_service_url: str, tmp_path: Path) -> None:
@@ -59,6 +62,7 @@ async def test_reference_baseline_full_loop(kernel_service_url: str, tmp_path: P
     assert 0.3 < score.metrics["geomean_speedup"] < 3.0  # the same code on a shared CPU: near 1
     assert score.groups["level1"]["n"] == 3
     assert score.details["tolerance"] == ["atol=0.0001 rtol=0.0001"]  # upstream's fp32 default
+    assert score.details["tf32"] == ["cudnn on, matmul off"]  # PyTorch's defaults, as upstream
     await runner.service.aclose()  # type: ignore[union-attr]
 
 

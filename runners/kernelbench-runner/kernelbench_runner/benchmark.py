@@ -63,6 +63,7 @@ class KernelBenchOptions(StrictModel):
     samples: int = Field(default=1, ge=1, le=64)
     level: list[int] = Field(default_factory=list, description="keep only these levels (empty: all)")
     tolerance: float | None = Field(default=None, gt=0, description="atol = rtol; None: upstream defaults")
+    tf32: Literal["default", "off", "on"] = "default"
     price_in: float | None = Field(default=None, ge=0, description="$ per 1M prompt tokens")
     price_out: float | None = Field(default=None, ge=0, description="$ per 1M completion tokens")
     prompt_source: Literal["full", "model"] = "full"
@@ -82,7 +83,10 @@ class KernelBenchOptions(StrictModel):
 
     def eval_options(self) -> dict[str, Any]:
         """``KernelEvalRequest.options`` for every evaluation of this run."""
-        return {"tolerance": self.tolerance} if self.tolerance is not None else {}
+        options: dict[str, Any] = {"tf32": self.tf32} if self.tf32 != "default" else {}
+        if self.tolerance is not None:
+            options["tolerance"] = self.tolerance
+        return options
 
 
 def _option(*decls: str, **kwargs: Any) -> click.Option:
@@ -128,6 +132,14 @@ def make_cli_options() -> list[click.Option]:
             type=click.FloatRange(min=0, min_open=True),
             default=None,
             help="atol = rtol for correctness [default: upstream's 1e-4 fp32, 1e-2 fp16/bf16]",
+        ),
+        _option(
+            "--tf32",
+            type=click.Choice(["default", "off", "on"]),
+            default=None,
+            help="TF32 for fp32 matmuls and convolutions, reference and kernel alike: default keeps "
+            "PyTorch's (cuDNN convolutions may use it; as upstream), off checks against IEEE fp32 "
+            "[default: default]",
         ),
         _option(
             "--price-in", type=click.FloatRange(min=0), default=None, help="$ per 1M prompt tokens (for cost)"
@@ -359,6 +371,13 @@ class KernelBenchRunner(BenchmarkRunner):
                 and isinstance(e.data.details.get("rtol"), int | float)
             }
         )
+        tf32 = sorted(
+            {
+                ", ".join(f"{k} {'on' if v else 'off'}" for k, v in sorted(t.items()))
+                for e in evaluations
+                if isinstance(t := e.data.details.get("tf32"), dict)
+            }
+        )
         return ScoreResult(
             model=model,
             n_tasks=len(evaluations),
@@ -377,6 +396,7 @@ class KernelBenchRunner(BenchmarkRunner):
             details={
                 "outcomes": outcome_counts(records),
                 "tolerance": tolerances,
+                "tf32": tf32,
                 "fast_p_curve": fast_p_curve(records, [i / 10 for i in range(31)]),
                 "price_in": self.settings.price_in,
                 "price_out": self.settings.price_out,

@@ -344,6 +344,7 @@ def render(run: RunData, out_dir: Path, price_in: float | None = None, price_out
         overall, groups = summarize(records, price_in, price_out)
     model = run.score.model if run.score else next((e.model for e in run.evaluations), "?")
     tolerance = ", ".join(run.score.details.get("tolerance", [])) if run.score else ""
+    tf32 = "; ".join(run.score.details.get("tf32", [])) if run.score else ""
     speedups = [r.speedup for r in records if r.correct and r.speedup is not None and r.speedup > 0]
     rows = []
     for r, e in zip(records, run.evaluations, strict=True):
@@ -380,6 +381,7 @@ def render(run: RunData, out_dir: Path, price_in: float | None = None, price_out
 <body>
 <h1>{html.escape(title)}</h1>
 <p>{len(records)} tasks. Tolerance: {html.escape(tolerance or "service default")}.
+TF32: {html.escape(tf32 or "service default")}.
 fast_p = share of all tasks that are correct with speedup &gt; p; geomean over correct tasks.</p>
 {_metric_table(overall, groups)}
 <h2>Plots</h2>

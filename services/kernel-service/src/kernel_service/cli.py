@@ -199,6 +199,13 @@ def summary(r: KernelEvalResponse) -> str:
 @click.option(
     "--tolerance", type=float, default=None, help="atol = rtol (default: 1e-4 fp32, 1e-2 fp16/bf16)"
 )
+@click.option(
+    "--tf32",
+    type=click.Choice(["default", "off", "on"]),
+    default="default",
+    show_default=True,
+    help="TF32 for fp32 matmuls and convolutions, both sides (default: PyTorch's, as upstream)",
+)
 @click.option("--timeout", "timeout_s", default=300.0, show_default=True, type=float)
 @click.option("--no-perf", is_flag=True, help="check correctness only")
 @click.option("--json", "as_json", is_flag=True, help="print the full response as JSON")
@@ -212,6 +219,7 @@ def eval_cmd(
     correctness_trials: int,
     warmup: int,
     tolerance: float | None,
+    tf32: str,
     timeout_s: float,
     no_perf: bool,
     as_json: bool,
@@ -235,6 +243,7 @@ def eval_cmd(
             correctness_trials=correctness_trials,
             warmup=warmup,
             tolerance=tolerance,
+            tf32=tf32,  # type: ignore[arg-type]
             timeout_s=timeout_s,
             measure_performance=not no_perf,
         ),

@@ -22,6 +22,7 @@ integrity snapshot is re-checked: a patched timer, harness, torch function or re
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import os
@@ -30,7 +31,7 @@ import random
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -326,6 +327,25 @@ def compile_only(job: Job, workdir: Path, env: Environment, report: PhaseReporte
     return {"ok": True, "build_error": False, "message": "", "compile_s": _perf_counter() - t0}
 
 
+@contextlib.contextmanager
+def tf32_mode(mode: str) -> Iterator[dict[str, bool]]:
+    """TF32 for both sides of one evaluation, put back afterwards (the worker serves later jobs).
+
+    Under PyTorch's defaults cuDNN convolutions may round through TF32 while matmuls do not, and which
+    convolutions do depends on the algorithm cuDNN picks: an exact fp32 kernel, or the same model under
+    torch.compile, can then miss the fp32 tolerance (bench/results/compile_numerics_h100.json). 'off'
+    makes the reference IEEE fp32; 'default' keeps upstream's verdicts and timings comparable.
+    """
+    cudnn, matmul = torch.backends.cudnn, torch.backends.cuda.matmul
+    saved = (cudnn.allow_tf32, matmul.allow_tf32)
+    if mode != "default":
+        cudnn.allow_tf32 = matmul.allow_tf32 = mode == "on"
+    try:
+        yield {"cudnn": bool(cudnn.allow_tf32), "matmul": bool(matmul.allow_tf32)}
+    finally:
+        cudnn.allow_tf32, matmul.allow_tf32 = saved
+
+
 def evaluate(job: Job, workdir: Path, env: Environment, report: PhaseReporter) -> dict[str, Any]:
     """Run one evaluation; never raises for a bad submission. Returns a KernelEvalResponse dict."""
     opts = job.options
@@ -342,7 +362,9 @@ def evaluate(job: Job, workdir: Path, env: Environment, report: PhaseReporter) -
     phases: dict[str, float] = {}
     started = _perf_counter()
     try:
-        result = _evaluate(job, workdir, device, base, _Clock(elapsed, phases, report), started)
+        with tf32_mode(opts.tf32) as tf32:
+            base["tf32"] = tf32
+            result = _evaluate(job, workdir, device, base, _Clock(elapsed, phases, report), started)
     except HarnessError as err:
         result = {
             **base,

@@ -47,6 +47,11 @@ class EvalOptions(StrictModel):
     atol: float | None = Field(default=None, ge=0, description="None: 1e-4 for fp32, 1e-2 for fp16/bf16")
     rtol: float | None = Field(default=None, ge=0, description="None: 1e-4 for fp32, 1e-2 for fp16/bf16")
     tolerance: float | None = Field(default=None, ge=0, description="shortcut: sets atol and rtol both")
+    tf32: Literal["default", "off", "on"] = Field(
+        default="default",
+        description="TF32 for fp32 matmuls and cuDNN convolutions, both sides: 'default' keeps PyTorch's "
+        "(cuDNN on, matmul off; what upstream KernelBench runs under), 'off' is IEEE fp32 throughout",
+    )
     seed: int = Field(default=42, ge=0, lt=2**63)
     timeout_s: float = Field(default=300.0, gt=0, le=3600)
     measure_performance: bool = True
@@ -186,6 +191,9 @@ class KernelEvalResponse(StrictModel):
     max_rel_error: float | None = None
     atol: float | None = None
     rtol: float | None = None
+    tf32: dict[str, bool] | None = Field(
+        default=None, description="TF32 in effect during the checks and timing: {'cudnn': ..., 'matmul': ...}"
+    )
     compile_log: str | None = None
     traceback: str | None = None
     output: str | None = Field(default=None, description="captured stdout/stderr of the submission (tail)")

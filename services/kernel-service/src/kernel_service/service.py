@@ -423,6 +423,7 @@ class KernelService(BenchmarkService):
                 "warmup": opts.warmup,
                 "device": opts.device,
                 "threads": self.config.cpu_threads,
+                "tf32": opts.tf32,
             }
             ref_key = RefTimingCache.key(
                 reference,
