@@ -53,6 +53,8 @@ def run_runner(args: argparse.Namespace, run_id: str) -> tuple[int | None, float
         cmd += ["--limit", str(args.limit)]
     if args.tolerance:
         cmd += ["--tolerance", str(args.tolerance)]
+    if args.tf32 != "default":
+        cmd += ["--tf32", args.tf32]
     print("$", " ".join(cmd[1:]), flush=True)
     t0 = time.perf_counter()
     log = args.output_dir / f"{run_id}.log"
@@ -145,6 +147,7 @@ def main() -> int:
     parser.add_argument("--task-id", action="append", default=[], help="only this task (repeatable)")
     parser.add_argument("--limit", type=int, default=0)
     parser.add_argument("--tolerance", type=float, help="atol = rtol [default: the runner's, upstream's]")
+    parser.add_argument("--tf32", choices=["default", "off", "on"], default="default")
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--output-dir", type=Path, default=Path("runs"))
     parser.add_argument("--run-id", default="")
@@ -173,7 +176,8 @@ def main() -> int:
         "command": f"kernelbench-runner run --model {args.model} --dataset-file {args.dataset_file.name} "
         + " ".join(f"--level {lv}" for lv in args.level)
         + "".join(f" --task-id {t}" for t in args.task_id)
-        + (f" --tolerance {args.tolerance}" if args.tolerance else ""),
+        + (f" --tolerance {args.tolerance}" if args.tolerance else "")
+        + (f" --tf32 {args.tf32}" if args.tf32 != "default" else ""),
         "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
         "gpus": torch.cuda.device_count(),
         "torch": torch.__version__,
