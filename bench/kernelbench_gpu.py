@@ -40,21 +40,27 @@ from kernelbench_runner.records import outcomes_from_evaluations  # noqa: E402
 from benchmark_runner.artifacts import RunArtifacts  # noqa: E402
 
 
+def selection_flags(args: argparse.Namespace) -> list[str]:
+    """The runner flags that choose the tasks and the verdict rule: passed on, and named in the report."""
+    flags = ["--model", args.model]
+    for level in args.level:
+        flags += ["--level", str(level)]
+    for task_id in args.task_id:
+        flags += ["--task-id", task_id]
+    if args.limit:
+        flags += ["--limit", str(args.limit)]
+    if args.tolerance:
+        flags += ["--tolerance", str(args.tolerance)]
+    if args.tf32 != "default":
+        flags += ["--tf32", args.tf32]
+    return flags
+
+
 def run_runner(args: argparse.Namespace, run_id: str) -> tuple[int | None, float, str]:
     """One ``kernelbench-runner run`` subprocess, stopped at ``--budget-s``; (exit code or None, wall, tail)."""
-    cmd = [sys.executable, "-m", "kernelbench_runner.cli", "run", "--model", args.model, "--run-id", run_id]
+    cmd = [sys.executable, "-m", "kernelbench_runner.cli", "run", *selection_flags(args), "--run-id", run_id]
     cmd += ["--dataset-file", str(args.dataset_file), "--output-dir", str(args.output_dir)]
     cmd += ["--concurrency", str(args.concurrency)]
-    for level in args.level:
-        cmd += ["--level", str(level)]
-    for task_id in args.task_id:
-        cmd += ["--task-id", task_id]
-    if args.limit:
-        cmd += ["--limit", str(args.limit)]
-    if args.tolerance:
-        cmd += ["--tolerance", str(args.tolerance)]
-    if args.tf32 != "default":
-        cmd += ["--tf32", args.tf32]
     print("$", " ".join(cmd[1:]), flush=True)
     t0 = time.perf_counter()
     log = args.output_dir / f"{run_id}.log"
@@ -173,11 +179,9 @@ def main() -> int:
     total_wall = sum(c["wall_s"] for c in calls)
     report = {
         "bench": "kernelbench_gpu",
-        "command": f"kernelbench-runner run --model {args.model} --dataset-file {args.dataset_file.name} "
-        + " ".join(f"--level {lv}" for lv in args.level)
-        + "".join(f" --task-id {t}" for t in args.task_id)
-        + (f" --tolerance {args.tolerance}" if args.tolerance else "")
-        + (f" --tf32 {args.tf32}" if args.tf32 != "default" else ""),
+        "command": " ".join(
+            ["kernelbench-runner run", *selection_flags(args), "--dataset-file", args.dataset_file.name]
+        ),
         "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
         "gpus": torch.cuda.device_count(),
         "torch": torch.__version__,
