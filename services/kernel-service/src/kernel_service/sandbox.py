@@ -424,12 +424,12 @@ def child_pids(pid: int | None = None) -> list[int]:
     return out
 
 
-def kill_leftover_processes(rounds: int = 5) -> int:
+def kill_leftover_processes(rounds: int = 5, keep: set[int] | frozenset[int] = frozenset()) -> int:
     """SIGKILL and reap every descendant still alive after a job (call it after each job in a subreaper
     worker); returns how many were killed. The worker should be recycled when this is not 0."""
     killed = 0
     for _ in range(rounds):
-        kids = child_pids()
+        kids = [p for p in child_pids() if p not in keep]
         if not kids:
             break
         for pid in kids:

@@ -174,9 +174,11 @@ def main(argv: list[str] | None = None) -> int:
     import torch  # the expensive import, paid once per worker
 
     from . import harness, integrity
+    from .judge import Judge
 
-    _preimport()
+    preimport()
     env = harness.probe_environment()
+    judge = Judge(env, policy, tmp)
     gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "")
     if gpu and env.device != "cuda":
         # Never time a "GPU" evaluation on the CPU: a sandbox or driver problem must stop the service.
@@ -222,12 +224,13 @@ def main(argv: list[str] | None = None) -> int:
                     raw,
                     jobdir,
                     env,
+                    judge,
                     lambda p, j=job_id: channel.send({"type": "phase", "job_id": j, "phase": p}),
                 )
-            result["output"] = capture.tail()
+            result["output"] = result.pop("solution_output", None) or capture.tail()
             if raw.get("kind", "kernelbench") == "kernelbench":  # its answer reports the sandbox layers
                 result["isolation"] = iso
-            left = _leftovers(base_guard, base_threads, capture)
+            left = _leftovers(base_guard, base_threads, capture, judge.keep_pids())
             if left:
                 result["recycle"] = "; ".join(left[:3])[:500]
                 sys.stderr.write(f"job {job_id}: recycling: {'; '.join(left[:3])}\n")
@@ -244,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(jobdir, ignore_errors=True)
 
 
-def _run_job(raw: dict[str, Any], jobdir: Path, env: Any, report: Any) -> dict[str, Any]:
+def _run_job(raw: dict[str, Any], jobdir: Path, env: Any, judge: Any, report: Any) -> dict[str, Any]:
     kind = raw.get("kind", "kernelbench")
     if kind == "backendbench":
         from .backendbench.evaluator import evaluate as bb_evaluate
@@ -255,14 +258,16 @@ def _run_job(raw: dict[str, Any], jobdir: Path, env: Any, report: Any) -> dict[s
     job = harness.Job.from_dict(raw)
     if job.mode == "compile":
         return harness.compile_only(job, jobdir, env, report)
-    result = harness.evaluate(job, jobdir, env, report)
+    from .judge import evaluate
+
+    result = evaluate(judge, job, jobdir, env, report)
     # A failure may have left CUDA (a sticky error) or torch in a bad state: start the next job clean.
     if result.get("outcome") in ("execution_failure", "initialization_failure", "unknown_error"):
         result["recycle"] = f"after an {result['outcome']}"
     return result
 
 
-def _preimport() -> None:
+def preimport() -> None:
     """Import what solutions commonly import, before the baseline guard: a first import that re-wraps a
     torch function (``torch._dynamo`` wraps ``torch.manual_seed``) is then part of the baseline."""
     import importlib
@@ -288,10 +293,10 @@ def _preimport() -> None:
 _IDLE_POOL_THREAD = concurrent.futures.thread._worker.__code__
 
 
-def _leftovers(guard: Any, threads: frozenset[int], capture: Capture) -> list[str]:
+def _leftovers(guard: Any, threads: frozenset[int], capture: Capture, keep: set[int]) -> list[str]:
     """Why this worker must not serve another job: processes, threads or patches a job left behind."""
     found = []
-    killed = sandbox.kill_leftover_processes()
+    killed = sandbox.kill_leftover_processes(keep=keep)
     if killed:
         found.append(f"killed {killed} leftover process(es)")
     # The capture thread may outlive its job for a moment (a child held the pipe): not the solution's.

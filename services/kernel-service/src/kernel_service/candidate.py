@@ -1,0 +1,245 @@
+"""A side process: runs one side's code (the submission, or the reference) on inputs the judge sends.
+
+Forked by the zygote, one per side per job, and killed when the job ends. It hardens itself first
+(rlimits, Landlock: it may write only its own temp dir and the build cache, may not signal or ptrace
+anything outside its own domain, no TCP), then serves the judge's requests: load the code, map the
+arena, call, probe, synchronise.
+
+Nothing here is trusted: a submission can rewrite any code or state of this process, and the judge
+assumes it does. The judge takes from a side only what it can check itself: output memory it reads
+through views it validates (``transport.decode``), and, on a GPU, an event it orders its own timing
+events after. A side's reply that a call is done decides nothing the judge cannot verify.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import pickle
+import socket
+import traceback
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import cuda_ipc, transport
+from .sandbox import HardenPolicy, harden_worker
+
+MAX_TEXT = 4000
+
+
+def _error(outcome: str, what: str, exc: BaseException) -> dict[str, Any]:
+    return {
+        "ok": False,
+        "outcome": outcome,
+        "message": f"{what}: {type(exc).__name__}: {str(exc)[:1000]}",
+        "traceback": traceback.format_exc()[-MAX_TEXT:],
+        "compile_log": str(exc)[-MAX_TEXT:] if outcome == "compilation_failure" else None,
+    }
+
+
+class Side:
+    """The state of one side: its callable, its mapped arenas, its events."""
+
+    def __init__(self, sock: socket.socket, workdir: Path) -> None:
+        self.sock = sock
+        self.workdir = workdir
+        self.device = torch.device("cpu")
+        self.fn: Any = None
+        self.in_region: torch.Tensor | None = None
+        self.out_region: torch.Tensor | None = None
+        self._keep: list[Any] = []  # mappings and the last outputs, alive until replaced
+        self.go: torch.cuda.Event | None = None
+        self.done: torch.cuda.Event | None = None
+
+    def handle(self, msg: dict[str, Any]) -> dict[str, Any]:
+        op = msg.get("op")
+        handler = getattr(self, f"op_{op}", None)
+        if handler is None:
+            return {"ok": False, "outcome": "unknown_error", "message": f"unknown request {op!r}"}
+        result: dict[str, Any] = handler(msg)
+        return result
+
+    def op_setup(self, msg: dict[str, Any]) -> dict[str, Any]:
+        from .harness import apply_tf32
+
+        self.device = torch.device(msg["device"])
+        os.environ["TORCH_EXTENSIONS_DIR"] = msg["build_dir"]
+        if self.device.type == "cuda":
+            cuda_ipc.ensure_context()
+        apply_tf32(msg.get("tf32", "default"))
+        return {"ok": True, "pid": os.getpid()}
+
+    def op_load_model(self, msg: dict[str, Any]) -> dict[str, Any]:
+        from .harness import build_model, load_module, reset_extension_versioner
+
+        reset_extension_versioner()
+        try:
+            module = load_module(msg["source"], msg["name"], self.workdir)
+            cls = getattr(module, msg["cls"], None)
+            if not isinstance(cls, type):
+                return {
+                    "ok": False,
+                    "outcome": msg["missing_outcome"],
+                    "message": f"defines no class `{msg['cls']}`",
+                }
+        except BaseException as exc:  # noqa: BLE001 - SystemExit included: report, never die silently
+            return _error(msg["load_outcome"], f"{msg['name']} failed to load/compile", exc)
+        try:
+            init = transport.unpack(msg["init"], torch.empty(0, dtype=torch.uint8))
+            self.fn = build_model(cls, init, msg["seed"], self.device)
+            self._sync()
+        except BaseException as exc:  # noqa: BLE001
+            return _error(msg["init_outcome"], f"{msg['cls']}(...) raised", exc)
+        return {"ok": True}
+
+    def op_load_fn(self, msg: dict[str, Any]) -> dict[str, Any]:
+        from .harness import load_module
+
+        try:
+            module = load_module(msg["source"], "kernel", self.workdir)
+        except BaseException as exc:  # noqa: BLE001
+            return _error("load_error", "the source failed to import", exc)
+        fn = getattr(module, msg["function"], None)
+        if not callable(fn):
+            defined = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("__"))
+            return {
+                "ok": False,
+                "outcome": "missing_function",
+                "message": f"the source defines no function `{msg['function']}` (it defines: "
+                f"{', '.join(defined[:12]) or 'nothing'})",
+            }
+        self.fn = fn
+        return {"ok": True, "file": str(module.__file__)}
+
+    def op_load_op(self, msg: dict[str, Any]) -> dict[str, Any]:
+        target: Any = torch.ops
+        for part in str(msg["overload"]).split("."):
+            target = getattr(target, part)
+        self.fn = target
+        return {"ok": True}
+
+    def op_arena(self, msg: dict[str, Any]) -> dict[str, Any]:
+        nbytes = int(msg["nbytes"])
+        if msg.get("handle"):
+            ptr, _ = cuda_ipc.open_handle(bytes.fromhex(msg["handle"]))
+            region = cuda_ipc.byte_view(ptr, nbytes)
+        else:
+            import mmap
+
+            _, fds, _, _ = socket.recv_fds(self.sock, 1, 1)
+            mm = mmap.mmap(fds[0], nbytes)
+            os.close(fds[0])
+            self._keep.append(mm)
+            region = torch.frombuffer(mm, dtype=torch.uint8)
+        if msg["which"] == "in":
+            self.in_region = region
+        else:
+            self.out_region = region
+        return {"ok": True}
+
+    def op_events(self, msg: dict[str, Any]) -> dict[str, Any]:
+        self.go = torch.cuda.Event.from_ipc_handle(self.device, bytes.fromhex(msg["go"]))
+        self.done = torch.cuda.Event(enable_timing=False, interprocess=True)
+        self.done.record()
+        return {"ok": True, "done": bytes(self.done.ipc_handle()).hex()}
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def _inputs(self, msg: dict[str, Any]) -> tuple[Any, Any]:
+        assert self.in_region is not None
+        return transport.unpack(msg["args"], self.in_region), transport.unpack(msg["kwargs"], self.in_region)
+
+    def op_call(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Run the callable once. ``gated``: wait on the judge's go event and mark done with our event,
+        without a host sync (the judge times on the GPU); otherwise synchronise before answering."""
+        self._keep = [k for k in self._keep if not isinstance(k, _Outputs)]
+        try:
+            args, kwargs = self._inputs(msg)
+            if msg.get("gated"):
+                assert self.go is not None and self.done is not None
+                torch.cuda.current_stream().wait_event(self.go)
+                out = self.fn(*args, **kwargs)
+                self.done.record()
+            else:
+                out = self.fn(*args, **kwargs)
+                self._sync()
+        except BaseException as exc:  # noqa: BLE001
+            return _error("execution_failure", "forward raised", exc)
+        self._keep.append(_Outputs(out))  # the judge reads this memory after we answer
+        try:
+            return {"ok": True, "out": transport.encode(out, self._in(), self.out_region)}
+        except transport.NeedSpace as need:
+            return {"ok": False, "need": need.nbytes}
+        except BaseException as exc:  # noqa: BLE001
+            return _error("execution_failure", "the outputs could not be shared", exc)
+
+    def _in(self) -> torch.Tensor:
+        return self.in_region if self.in_region is not None else torch.empty(0, dtype=torch.uint8)
+
+    def op_probe(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """One untimed call under ``KernelProbe``: which custom kernels ran (advisory; the side could lie)."""
+        from . import integrity
+
+        probe = integrity.KernelProbe(integrity.default_trusted_roots())
+        try:
+            args, kwargs = self._inputs(msg)
+            with torch.no_grad():
+                probe.run(lambda: self.fn(*args, **kwargs))
+            self._sync()
+        except BaseException as exc:  # noqa: BLE001
+            return _error("execution_failure", "forward raised", exc)
+        return {
+            "ok": True,
+            "uses_custom_kernel": probe.usage.uses_custom_kernel,
+            "kernels": sorted(probe.usage.names),
+        }
+
+    def op_sync(self, msg: dict[str, Any]) -> dict[str, Any]:
+        try:
+            self._sync()
+        except BaseException as exc:  # noqa: BLE001
+            return _error("execution_failure", "an asynchronous CUDA error", exc)
+        return {"ok": True}
+
+
+class _Outputs:
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+def serve(sock: socket.socket, request: dict[str, Any]) -> None:
+    """The side's main loop (called in the freshly forked child)."""
+    tmp = Path(request["tmp"])
+    tmp.mkdir(parents=True, exist_ok=True)
+    policy = HardenPolicy(
+        writable=[tmp, *(Path(p) for p in request.get("writable", []))],
+        readable=[Path(p) for p in request.get("readable", [])],
+        fsize_bytes=request.get("fsize"),
+        nproc=request.get("nproc"),
+        address_space=request.get("address_space"),
+        landlock=request.get("landlock", True),
+    )
+    report = harden_worker(policy, launcher="none")
+    faulthandler.enable()  # a crash leaves a Python traceback in the output the judge keeps
+    for key in ("HOME", "TMPDIR", "XDG_CACHE_HOME"):
+        os.environ[key] = str(tmp)
+    os.environ["TRITON_CACHE_DIR"] = str(tmp / "triton-cache")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(tmp / "inductor-cache")
+    os.chdir(tmp)
+    conn = Connection(os.dup(sock.fileno()))
+    side = Side(sock, tmp)
+    conn.send_bytes(json.dumps({"ok": True, "isolation": report.model_dump()}).encode())
+    with torch.no_grad():
+        while True:
+            try:
+                raw = conn.recv_bytes()
+            except (EOFError, OSError):
+                return
+            reply = side.handle(pickle.loads(raw))
+            conn.send_bytes(json.dumps(reply, default=str).encode())

@@ -1,0 +1,113 @@
+"""CUDA memory shared between the judge and a side process, through the driver API.
+
+The judge allocates each side's input arena with ``cuMemAlloc`` (not PyTorch's caching allocator, whose
+segments hold other tensors: an IPC handle maps a whole allocation, so a shared caching-allocator segment
+would hand the candidate the judge's other memory). A side exports the allocation holding an output
+tensor; the judge opens it, asks the driver how large the mapped allocation is, and refuses any view
+that does not fit. Nothing here trusts a number the other process sent.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from typing import Any
+
+import torch
+
+CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 1
+HANDLE_BYTES = 64
+
+
+class CudaDriverError(RuntimeError):
+    pass
+
+
+class _IpcMemHandle(ctypes.Structure):
+    _fields_ = [("reserved", ctypes.c_char * HANDLE_BYTES)]
+
+
+@functools.cache
+def _driver() -> ctypes.CDLL:
+    lib = ctypes.CDLL("libcuda.so.1")
+    for name in ("cuMemAlloc_v2", "cuMemFree_v2", "cuIpcOpenMemHandle_v2", "cuMemGetAddressRange_v2"):
+        getattr(lib, name).restype = ctypes.c_int
+    lib.cuIpcGetMemHandle.restype = lib.cuIpcCloseMemHandle.restype = ctypes.c_int
+    return lib
+
+
+def _check(rc: int, what: str) -> None:
+    if rc != 0:
+        raise CudaDriverError(f"{what} failed: CUDA driver error {rc}")
+
+
+def ensure_context() -> None:
+    """Make PyTorch's primary context current on this thread (the driver calls below need one)."""
+    torch.cuda.init()
+    torch.empty(1, device="cuda")  # the runtime binds the primary context to this thread on first use
+
+
+def mem_alloc(nbytes: int) -> int:
+    ptr = ctypes.c_uint64()
+    _check(_driver().cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(max(nbytes, 1))), "cuMemAlloc")
+    return int(ptr.value)
+
+
+def mem_free(ptr: int) -> None:
+    _driver().cuMemFree_v2(ctypes.c_uint64(ptr))
+
+
+def address_range(ptr: int) -> tuple[int, int]:
+    """(base, size) of the allocation that contains ``ptr``."""
+    base, size = ctypes.c_uint64(), ctypes.c_size_t()
+    _check(
+        _driver().cuMemGetAddressRange_v2(ctypes.byref(base), ctypes.byref(size), ctypes.c_uint64(ptr)),
+        "cuMemGetAddressRange",
+    )
+    return int(base.value), int(size.value)
+
+
+def export(ptr: int) -> tuple[bytes, int]:
+    """The IPC handle of the allocation holding ``ptr``, and ``ptr``'s offset in it."""
+    base, _ = address_range(ptr)
+    handle = _IpcMemHandle()
+    _check(_driver().cuIpcGetMemHandle(ctypes.byref(handle), ctypes.c_uint64(base)), "cuIpcGetMemHandle")
+    return bytes(handle.reserved), ptr - base
+
+
+def open_handle(handle: bytes) -> tuple[int, int]:
+    """Map another process's allocation; returns (pointer, size of the allocation)."""
+    if len(handle) != HANDLE_BYTES:
+        raise CudaDriverError(f"an IPC handle has {HANDLE_BYTES} bytes, got {len(handle)}")
+    h = _IpcMemHandle()
+    ctypes.memmove(h.reserved, handle, HANDLE_BYTES)
+    ptr = ctypes.c_uint64()
+    _check(
+        _driver().cuIpcOpenMemHandle_v2(
+            ctypes.byref(ptr), h, ctypes.c_uint(CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)
+        ),
+        "cuIpcOpenMemHandle",
+    )
+    _, size = address_range(int(ptr.value))
+    return int(ptr.value), size
+
+
+def close_handle(ptr: int) -> None:
+    _driver().cuIpcCloseMemHandle(ctypes.c_uint64(ptr))
+
+
+class _Cai:
+    """The minimal ``__cuda_array_interface__`` PyTorch needs to view raw device memory as bytes."""
+
+    def __init__(self, ptr: int, nbytes: int) -> None:
+        self.__cuda_array_interface__: dict[str, Any] = {
+            "shape": (nbytes,),
+            "typestr": "|u1",
+            "data": (ptr, False),
+            "version": 2,
+        }
+
+
+def byte_view(ptr: int, nbytes: int) -> torch.Tensor:
+    """A uint8 CUDA tensor over ``nbytes`` at ``ptr`` (it does not own the memory)."""
+    return torch.as_tensor(_Cai(ptr, nbytes), device="cuda")

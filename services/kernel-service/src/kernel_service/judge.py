@@ -1,0 +1,544 @@
+"""The judge: evaluates one KernelBench submission without ever running its code.
+
+The judge (the eval worker's own process) loads the reference module only for ``get_inputs`` and
+``get_init_inputs``, draws every seed, makes every input, decides which outputs are checked, compares,
+times and gives the verdict. The submission runs in a *candidate* side process forked for this job, the
+reference model in a *reference* side process built the same way (so both carry the same overheads);
+neither can reach the judge's memory, and the candidate is killed before the reference is timed, so
+nothing of the submission runs while the reference is measured.
+
+Per call, the judge writes fresh inputs (a seed from ``os.urandom``) into that side's own arena, calls,
+and reads the outputs through views it validates, copying (or, above ``TIMED_SAMPLE_ELEMENTS``, sampling at
+positions drawn after the call) what it checks. Timing (``timing.py``): on a GPU, judge-side CUDA events
+ordered around the side's work by inter-process events behind a short GPU-side gate, so no host latency
+enters the reading; on the CPU, the judge's clock around the request.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import integrity, transport
+from .compare import compare_outputs, default_tolerance, flatten_outputs
+from .harness import (
+    Environment,
+    HarnessError,
+    Job,
+    PhaseReporter,
+    excerpt_tb,
+    fresh_seed,
+    load_module,
+    make_inputs,
+    resolve_device,
+    usable_build_dir,
+)
+from .sandbox import HardenPolicy
+from .schemas import Outcome, TimingStats, excerpt, reward_for
+from .sides import SideFault, SideProcess, Zygote
+from .timing import GATE_TRIES, CpuTimer, GpuTimer, Timer
+
+#: Timed outputs of more elements are checked at this many random positions (correctness trials compare
+#: whole outputs).
+TIMED_SAMPLE_ELEMENTS = 1 << 20
+#: Stop timing early (keeping what was measured) once this share of the job's timeout is spent.
+TIMING_BUDGET_SHARE = 0.6
+MIN_TIMED_TRIALS = 5
+#: With a cached reference timing, this many timed candidate outputs (drawn by the OS) plus the last
+#: are checked against fresh reference outputs.
+CACHED_REF_CHECKS = 3
+
+
+class Incorrect(Exception):
+    """An ``incorrect`` verdict found inside a phase."""
+
+
+class Judge:
+    """One per eval worker: the zygote that forks sides, and the GPU timer's calibration."""
+
+    def __init__(self, env: Environment, policy: HardenPolicy, tmp: Path) -> None:
+        self.env = env
+        self.tmp = tmp
+        self.policy = policy
+        self._zygote: Zygote | None = None
+        self._gpu_timer: GpuTimer | None = None
+
+    @property
+    def zygote(self) -> Zygote:
+        if self._zygote is None or self._zygote.proc.poll() is not None:
+            self._zygote = Zygote(self.tmp / "zygote-log.txt")
+        return self._zygote
+
+    def keep_pids(self) -> set[int]:
+        """Processes of the judge's own that the leftover-process sweep must spare."""
+        return {self._zygote.pid} if self._zygote is not None else set()
+
+    def gpu_timer(self, device: torch.device) -> GpuTimer:
+        if self._gpu_timer is None:
+            self._gpu_timer = GpuTimer(device)
+        return self._gpu_timer
+
+    def side_request(self, tmp: Path, build_dir: str) -> dict[str, Any]:
+        p = self.policy
+        return {
+            "tmp": str(tmp),
+            "writable": [str(w) for w in p.writable[1:]] + [build_dir],
+            "readable": [str(r) for r in p.readable],
+            "fsize": p.fsize_bytes,
+            "nproc": p.nproc,
+            "address_space": p.address_space,
+            "landlock": p.landlock,
+        }
+
+    def close(self) -> None:
+        if self._zygote is not None:
+            self._zygote.close()
+
+
+class _Run:
+    """The state of one evaluation: its two sides, their arenas, what was opened of theirs."""
+
+    def __init__(self, judge: Judge, job: Job, workdir: Path, device: torch.device, deadline: float) -> None:
+        self.judge, self.job, self.workdir, self.device, self.deadline = judge, job, workdir, device, deadline
+        self.sides: dict[str, SideProcess] = {}
+        self.arenas: dict[tuple[str, str], transport.Arena] = {}
+        self.opened: dict[str, transport.Opened] = {}
+        self.phase = "startup"
+        self.candidate_output: str | None = None
+        self.recycle: str | None = None
+
+    def fork(self, role: str, build_dir: str) -> SideProcess:
+        tmp = self.workdir / role
+        side = SideProcess(self.judge.zygote, role, self.judge.side_request(tmp, build_dir), self.deadline)
+        self.sides[role] = side
+        self.opened[role] = transport.Opened()
+        return side
+
+    def ask(self, role: str, msg: dict[str, Any], fd: int | None = None) -> dict[str, Any]:
+        try:
+            return self.sides[role].request(msg, self.phase, fd)
+        except SideFault as fault:
+            raise self._fault(role, fault) from None
+
+    def _fault(self, role: str, fault: SideFault) -> HarnessError:
+        if fault.kind == "timeout":
+            opts = self.job.options
+            return HarnessError(
+                Outcome.TIMEOUT,
+                f"evaluation exceeded timeout_s={opts.timeout_s:g} (during {self.phase}); {role} process killed",
+            )
+        if role == "reference":
+            return HarnessError(Outcome.UNKNOWN_ERROR, f"the reference process failed: {fault.message}")
+        return HarnessError(Outcome.EXECUTION_FAILURE, fault.message)
+
+    def arena(self, role: str, which: str, nbytes: int) -> transport.Arena:
+        """The side's ``which`` ("in" | "out") arena, (re)made and shared when it is smaller than ``nbytes``."""
+        key = (role, which)
+        old = self.arenas.get(key)
+        if old is not None and old.nbytes >= nbytes:
+            return old
+        arena = transport.Arena(max(nbytes, 2 * old.nbytes if old else 0), self.device)
+        self.arenas[key] = arena
+        msg = {"op": "arena", "which": which, "nbytes": arena.nbytes}
+        if arena.handle is not None:
+            msg["handle"] = arena.handle.hex()
+        self.ask(role, msg, arena.fd)
+        if old is not None:
+            old.close()
+        return arena
+
+    def call(self, role: str, args: list[Any], timer: Timer | None = None) -> tuple[float | None, Any]:
+        """One call of ``role``'s callable on copies of ``args``: (milliseconds when timed, outputs).
+
+        Timed candidate outputs come back already copied by the judge (sampled when large), inside the
+        timer, right after the call's end is recorded; reference outputs are views, read before its next call.
+        """
+
+        def read(reply: dict[str, Any]) -> Callable[[], Any]:
+            out = self.decode(role, reply)
+            if role == "candidate":
+                return lambda: snapshot(out, TIMED_SAMPLE_ELEMENTS)
+            return lambda: unwrap(out)
+
+        tries = 0
+        while True:
+            arena = self.arena(role, "in", transport.layout_bytes(args))
+            msg = {"op": "call", "args": transport.pack(list(args), arena), "kwargs": {}, "gated": timer is not None
+                   and self.device.type == "cuda"}  # fmt: skip
+            if timer is None:
+                ms, reply = None, self.ask(role, msg)
+                if reply.get("ok"):
+                    return None, self.decode(role, reply)
+            else:
+                tries += 1
+                try:
+                    ms, reply = timer.time_call(lambda m=msg: self.ask(role, m), read, tries >= GATE_TRIES)
+                except TimeoutError as exc:
+                    self.recycle = f"a timed call of the {role} never finished on the GPU"
+                    raise self._fault(role, SideFault("timeout", str(exc))) from exc
+                if reply.get("ok"):
+                    if ms is None:
+                        continue  # the gate expired before the side answered: measure again
+                    return ms, reply["read"]
+            if isinstance(reply.get("need"), int) and 0 < reply["need"] < 1 << 40:
+                self.arena(role, "out", reply["need"])
+                continue
+            raise self.side_error(role, reply)
+
+    def decode(self, role: str, reply: dict[str, Any]) -> Any:
+        try:
+            return transport.decode(
+                reply.get("out"), self.arenas[(role, "in")], self.arenas.get((role, "out")), self.opened[role]
+            )
+        except (transport.TransportError, RuntimeError) as exc:
+            raise (
+                HarnessError(Outcome.UNKNOWN_ERROR, f"reference outputs: {exc}")
+                if role == "reference"
+                else HarnessError(Outcome.EXECUTION_FAILURE, f"the candidate's outputs were refused: {exc}")
+            ) from exc
+
+    def side_error(self, role: str, reply: dict[str, Any]) -> HarnessError:
+        message = str(reply.get("message", "failed"))[:1500]
+        if role == "reference":
+            return HarnessError(
+                Outcome.UNKNOWN_ERROR, f"the reference failed: {message}", tb=_text(reply, "traceback")
+            )
+        try:
+            outcome = Outcome(str(reply.get("outcome")))
+        except ValueError:
+            outcome = Outcome.EXECUTION_FAILURE
+        if outcome in (Outcome.CORRECT, Outcome.COMPILED, Outcome.REQUIRES_GPU):
+            outcome = Outcome.EXECUTION_FAILURE  # a side never decides a favourable verdict
+        return HarnessError(
+            outcome, message, tb=_text(reply, "traceback"), compile_log=_text(reply, "compile_log")
+        )
+
+    def kill(self, role: str) -> None:
+        side = self.sides.get(role)
+        if side is None:
+            return
+        self.opened[role].close()
+        side.kill()
+        if role == "candidate":
+            self.candidate_output = side.tail.text()
+
+    def close(self) -> None:
+        for role in list(self.sides):
+            self.kill(role)
+            self.sides[role].tail.text(wait=1.0)
+        for arena in self.arenas.values():
+            arena.close()
+        self.arenas.clear()
+
+
+def _text(reply: dict[str, Any], key: str) -> str | None:
+    v = reply.get(key)
+    return str(v)[:4000] if v else None
+
+
+def snapshot(out: Any, sample_above: int | None = None) -> Any:
+    """The judge's own copy of decoded outputs (tensors cloned, or sampled above ``sample_above``)."""
+    if isinstance(out, transport.OutputTensor):
+        return integrity.snapshot_outputs(out.tensor, sample_above)
+    if isinstance(out, (list, tuple)):
+        return type(out)(snapshot(x, sample_above) for x in out)
+    return out
+
+
+def unwrap(out: Any) -> Any:
+    """Decoded outputs as plain tensors (views: read them before the side's next call)."""
+    if isinstance(out, transport.OutputTensor):
+        return out.tensor
+    if isinstance(out, (list, tuple)):
+        return type(out)(unwrap(x) for x in out)
+    return out
+
+
+def foreign(out: Any) -> str | None:
+    for i, v in enumerate(flatten_outputs(out)):
+        if isinstance(v, transport.Foreign):
+            return f"output {i} is a {v.what}: return plain torch.Tensor values"
+    return None
+
+
+def evaluate(
+    judge: Judge, job: Job, workdir: Path, env: Environment, report: PhaseReporter
+) -> dict[str, Any]:
+    """Run one evaluation; never raises for a bad submission. Returns a KernelEvalResponse dict."""
+    opts = job.options
+    device = resolve_device(opts, env)
+    base: dict[str, Any] = {
+        "backend": job.backend,
+        "device": str(device),
+        "hardware": env.hardware,
+        "torch_version": env.torch_version,
+        "cuda_version": env.cuda_version,
+        "correctness_trials": opts.correctness_trials,
+        "tf32": _tf32_flags(opts.tf32),
+    }
+    started = time.perf_counter()
+    phases: dict[str, float] = {}
+    run = _Run(judge, job, workdir, device, time.monotonic() + opts.timeout_s)
+    try:
+        result = _evaluate(run, base, phases, report, started)
+    except HarnessError as err:
+        result = {
+            **base,
+            "outcome": err.outcome.value,
+            "reward": reward_for(err.outcome, None),
+            "message": err.message,
+            "traceback": excerpt(err.tb),
+            "compile_log": excerpt(err.compile_log),
+        }
+    except Incorrect as bad:
+        result = {**base, "outcome": Outcome.INCORRECT.value, "reward": reward_for(Outcome.INCORRECT, None),
+                  "message": str(bad)}  # fmt: skip
+    except Exception as exc:  # a judge bug: say so, never a favourable verdict
+        result = {
+            **base,
+            "outcome": Outcome.UNKNOWN_ERROR.value,
+            "reward": reward_for(Outcome.UNKNOWN_ERROR, None),
+            "message": f"unexpected {type(exc).__name__}: {str(exc)[:500]}",
+            "traceback": excerpt(excerpt_tb()),
+        }
+    finally:
+        run.close()
+    result["solution_output"] = run.candidate_output
+    if run.recycle:
+        result["recycle"] = run.recycle
+    elapsed = result.setdefault("elapsed", {})
+    for key, names in (
+        ("init_s", ("load", "init")),
+        ("correctness_s", ("correctness", "probe")),
+        ("timing_s", ("timing",)),
+    ):
+        elapsed[key] = sum(v for k, v in phases.items() if k.startswith(names))
+    elapsed["compile_s"] = phases.get("load", 0.0)
+    elapsed["total_s"] = time.perf_counter() - started
+    result["phases"] = {k: round(v, 6) for k, v in phases.items()}
+    return result
+
+
+def _tf32_flags(mode: str) -> dict[str, bool]:
+    if mode == "default":
+        return {
+            "cudnn": bool(torch.backends.cudnn.allow_tf32),
+            "matmul": bool(torch.backends.cuda.matmul.allow_tf32),
+        }
+    return {"cudnn": mode == "on", "matmul": mode == "on"}
+
+
+class _Phases:
+    def __init__(self, run: _Run, phases: dict[str, float], report: PhaseReporter) -> None:
+        self.run, self.phases, self.report = run, phases, report
+
+    def __call__(self, name: str) -> _Phases:
+        self.name = name
+        self.run.phase = name
+        self.report(name)
+        return self
+
+    def __enter__(self) -> None:
+        self.t0 = time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        self.phases[self.name] = self.phases.get(self.name, 0.0) + time.perf_counter() - self.t0
+
+
+def _evaluate(
+    run: _Run, base: dict[str, Any], phases: dict[str, float], report: PhaseReporter, started: float
+) -> dict[str, Any]:
+    job, opts, device = run.job, run.job.options, run.device
+    phase = _Phases(run, phases, report)
+    if opts.device == "cuda" and device.type != "cuda":
+        raise HarnessError(Outcome.REQUIRES_GPU, "device 'cuda' requested but this worker has no CUDA device")
+    with phase("load_reference"):
+        try:
+            ref_mod = load_module(job.reference, "reference", run.workdir)
+            for attr in ("Model", "get_inputs", "get_init_inputs"):
+                if not hasattr(ref_mod, attr):
+                    raise HarnessError(Outcome.UNKNOWN_ERROR, f"the reference defines no `{attr}`")
+            init_inputs = make_inputs(ref_mod.get_init_inputs, opts.seed, torch.device("cpu"))
+        except HarnessError:
+            raise
+        except Exception as exc:
+            raise HarnessError(Outcome.UNKNOWN_ERROR, f"the reference failed (loading): {type(exc).__name__}: {exc}",
+                               tb=excerpt_tb()) from exc  # fmt: skip
+
+    def get_inputs(seed: int) -> list[Any]:
+        try:
+            return make_inputs(ref_mod.get_inputs, seed, device)
+        except Exception as exc:
+            raise HarnessError(Outcome.UNKNOWN_ERROR, f"the reference failed (get_inputs): {exc}") from exc
+
+    with phase("load"):
+        build_dir = usable_build_dir(Path(job.build_dir), run.workdir)
+        setup = {"op": "setup", "device": str(device), "tf32": opts.tf32, "build_dir": build_dir}
+        for role in ("reference", "candidate"):
+            run.fork(role, build_dir)
+            run.ask(role, setup)
+        models = {"reference": (job.reference, "Model", Outcome.UNKNOWN_ERROR),
+                  "candidate": (job.solution, "ModelNew", Outcome.COMPILATION_FAILURE)}  # fmt: skip
+        for role, (source, cls, load_outcome) in models.items():
+            reply = run.ask(role, {
+                "op": "load_model", "source": source, "name": "solution" if role == "candidate" else "reference",
+                "cls": cls, "init": init_inputs, "seed": opts.seed, "load_outcome": load_outcome.value,
+                "missing_outcome": load_outcome.value,
+                "init_outcome": (Outcome.INITIALIZATION_FAILURE if role == "candidate" else Outcome.UNKNOWN_ERROR).value,
+            })  # fmt: skip
+            if not reply.get("ok"):
+                raise run.side_error(role, reply)
+
+    atol, rtol = opts.atol, opts.rtol
+    passed = 0
+    max_abs = max_rel = 0.0
+    common: dict[str, Any] = {**base}
+    with phase("correctness"):
+        for trial in range(opts.correctness_trials):
+            where = f"correctness trial {trial + 1}/{opts.correctness_trials}"
+            inputs = get_inputs(fresh_seed())
+            _, new = run.call("candidate", inputs)
+            new_out = snapshot(new)
+            if why := foreign(new_out):
+                raise Incorrect(f"{where}: {why}")
+            _, ref = run.call("reference", inputs)
+            ref_out = unwrap(ref)
+            if atol is None or rtol is None:
+                tol = default_tolerance(flatten_outputs(ref_out))
+                atol = tol if atol is None else atol
+                rtol = tol if rtol is None else rtol
+            cmp = compare_outputs(ref_out, new_out, atol, rtol)
+            max_abs = max(max_abs, cmp.max_abs_error or 0.0)
+            max_rel = max(max_rel, cmp.max_rel_error or 0.0)
+            if not cmp.ok:
+                return {**base, "outcome": Outcome.INCORRECT.value, "reward": reward_for(Outcome.INCORRECT, None),
+                        "message": f"{where}: {cmp.message}", "correctness_trials_passed": passed,
+                        "max_abs_error": cmp.max_abs_error, "max_rel_error": cmp.max_rel_error,
+                        "atol": atol, "rtol": rtol}  # fmt: skip
+            passed += 1
+    common.update({"correctness_trials_passed": passed, "max_abs_error": max_abs if passed else None,
+                   "max_rel_error": max_rel if passed else None, "atol": atol, "rtol": rtol})  # fmt: skip
+    if opts.correctness_trials == 0:
+        return {
+            **common,
+            "outcome": Outcome.COMPILED.value,
+            "reward": 0.0,
+            "message": "correctness not checked",
+        }
+
+    with phase("probe"):  # advisory: the candidate reports it about itself
+        probe_inputs = get_inputs(fresh_seed())
+        arena = run.arena("candidate", "in", transport.layout_bytes(probe_inputs))
+        reply = run.ask(
+            "candidate", {"op": "probe", "args": transport.pack(probe_inputs, arena), "kwargs": {}}
+        )
+        if not reply.get("ok"):
+            raise run.side_error("candidate", reply)
+        common["uses_custom_kernel"] = bool(reply.get("uses_custom_kernel"))
+        common["custom_kernels"] = sorted(str(k)[:200] for k in (reply.get("kernels") or [])[:50])
+
+    if not opts.measure_performance:
+        return {
+            **common,
+            "outcome": Outcome.CORRECT.value,
+            "reward": 0.0,
+            "message": "performance not measured",
+        }
+
+    assert atol is not None and rtol is not None
+    with phase("timing"):
+        timing = _time(run, get_inputs, atol, rtol, started)
+    if timing["mismatch"]:
+        return {**common, "outcome": Outcome.INCORRECT.value, "reward": reward_for(Outcome.INCORRECT, None),
+                "message": f"a timed call's output differs from the reference: {timing['mismatch']}"}  # fmt: skip
+    speedup = timing["ref"].median / timing["new"].median if timing["new"].median > 0 else None
+    return {
+        **common,
+        "outcome": Outcome.CORRECT.value,
+        "reward": reward_for(Outcome.CORRECT, speedup),
+        "speedup": speedup,
+        "ref_timing": timing["ref"].model_dump(),
+        "new_timing": timing["new"].model_dump(),
+        "ref_timing_cached": timing["ref_cached"],
+        "timing_method": timing["method"],
+    }
+
+
+def _time(
+    run: _Run, get_inputs: Callable[[int], list[Any]], atol: float, rtol: float, started: float
+) -> dict[str, Any]:
+    """The candidate timed first, then killed; then the reference timed on the seeds whose candidate
+    outputs are checked, so no code of the submission runs while the reference is measured."""
+    opts, device = run.job.options, run.device
+    base: Timer = run.judge.gpu_timer(device) if device.type == "cuda" else CpuTimer()
+    cached = run.job.cached_ref_timing
+    budget = opts.timeout_s * TIMING_BUDGET_SHARE
+    roles = ["candidate"] if cached is not None else ["candidate", "reference"]
+    timers = {role: base.bind(role, lambda m, r=role: run.ask(r, m)) for role in roles}
+    warm = get_inputs(fresh_seed())
+    for _ in range(opts.warmup):
+        run.call("candidate", warm, timers["candidate"])
+    del warm
+
+    new_times: list[float] = []
+    checked: list[tuple[int, Any]] = []
+    chosen = (
+        None if cached is None
+        else {int.from_bytes(os.urandom(4), "little") % opts.perf_trials for _ in range(CACHED_REF_CHECKS)}
+    )  # fmt: skip
+    for i in range(opts.perf_trials):
+        seed = fresh_seed()
+        ms, snap = run.call("candidate", get_inputs(seed), timers["candidate"])
+        assert ms is not None
+        new_times.append(ms)
+        if why := foreign(snap):
+            raise Incorrect(f"timed call {i + 1}: {why}")
+        last = (seed, snap)
+        if chosen is None or i in chosen:
+            checked.append(last)
+        if time.perf_counter() - started > budget and len(new_times) >= MIN_TIMED_TRIALS:
+            break
+    if chosen is not None and checked[-1:] != [last]:
+        checked.append(last)
+    reply = run.ask("candidate", {"op": "sync"})  # an asynchronous fault of the last calls is the candidate's
+    if not reply.get("ok"):
+        raise run.side_error("candidate", reply)
+    run.kill("candidate")
+
+    ref_times: list[float] = []
+    mismatch: str | None = None
+    if cached is None:
+        warm = get_inputs(fresh_seed())
+        for _ in range(opts.warmup):
+            run.call("reference", warm, timers["reference"])
+        del warm
+        for i in range(len(new_times)):
+            seed, snap = checked[i] if i < len(checked) else (fresh_seed(), None)
+            ms, out = run.call("reference", get_inputs(seed), timers["reference"])
+            assert ms is not None
+            ref_times.append(ms)
+            if snap is not None and mismatch is None:
+                mismatch = _mismatch(out, snap, atol, rtol)
+        checked = checked[len(new_times) :]
+    for seed, snap in checked:
+        if mismatch is not None:
+            break
+        _, out = run.call("reference", get_inputs(seed))
+        mismatch = _mismatch(unwrap(out), snap, atol, rtol)
+    return {
+        "ref": cached if cached is not None else TimingStats.of(ref_times),
+        "new": TimingStats.of(new_times),
+        "ref_cached": cached is not None,
+        "method": base.method,
+        "mismatch": mismatch,
+    }
+
+
+def _mismatch(ref: Any, snap: Any, atol: float, rtol: float) -> str | None:
+    cmp = compare_outputs(ref, snap, atol, rtol)
+    return None if cmp.ok else cmp.message

@@ -1,0 +1,357 @@
+"""Values across the judge/side boundary: the judge writes, the side computes, the judge reads.
+
+Inputs: the judge writes each call's tensors into that side's *arena* (memory the judge owns: a sealed
+memfd on the CPU, a ``cuMemAlloc`` block on a GPU) just before the call, keeping every tensor's strides,
+and sends the side :class:`Ref` descriptors (pickled: only the side unpickles). Each side has its own
+arena, so what one side does to its inputs never reaches the other.
+
+Outputs come back as JSON (the judge never unpickles what a side sends). A tensor is named by where it
+lives: ``in`` (a view of the side's own input arena, e.g. an in-place result), ``out`` (CPU: the side
+copied it into an output arena the judge owns) or ``ipc`` (GPU: an allocation of the side's, by IPC
+handle). :func:`decode` checks every dtype, shape, stride and offset against the real size of the memory
+before it builds a view; the caller copies what it needs at once.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import math
+import mmap
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from . import cuda_ipc
+
+#: Tensor dtypes that may cross (by name, as ``str(dtype)`` without ``torch.``).
+DTYPES: dict[str, torch.dtype] = {
+    str(d).removeprefix("torch."): d
+    for d in (
+        torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.complex64, torch.complex128,
+        torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool,
+    )
+}  # fmt: skip
+MAX_DIMS = 16
+MAX_NODES = 4096
+ALIGN = 256
+
+
+class TransportError(Exception):
+    """A side described a value the judge cannot accept (the message names the field)."""
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A tensor the judge placed in a side's arena: byte offset, dtype name, shape, strides (elements)."""
+
+    offset: int
+    dtype: str
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+
+
+def extent(shape: tuple[int, ...] | list[int], stride: tuple[int, ...] | list[int]) -> int:
+    """Elements spanned by a strided view (0 for an empty one)."""
+    if any(s == 0 for s in shape):
+        return 0
+    return 1 + sum((n - 1) * st for n, st in zip(shape, stride, strict=True))
+
+
+def _aligned(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+class Arena:
+    """Judge-owned memory one side maps: a sealed memfd (CPU) or a ``cuMemAlloc`` block (GPU).
+
+    Sealed against shrinking, a side cannot truncate the file under the judge's mapping (a SIGBUS in the
+    judge); a dedicated device allocation exposes nothing else of the judge's through its IPC handle.
+    """
+
+    def __init__(self, nbytes: int, device: torch.device) -> None:
+        self.nbytes = max(_aligned(nbytes), ALIGN)
+        self.device = device
+        self.fd: int | None = None
+        self.handle: bytes | None = None
+        self._mm: mmap.mmap | None = None
+        self._ptr: int | None = None
+        if device.type == "cuda":
+            self._ptr = cuda_ipc.mem_alloc(self.nbytes)
+            self.bytes = cuda_ipc.byte_view(self._ptr, self.nbytes)
+            self.handle, _ = cuda_ipc.export(self._ptr)
+        else:
+            self.fd = os.memfd_create("ks-arena", os.MFD_ALLOW_SEALING | os.MFD_CLOEXEC)
+            os.ftruncate(self.fd, self.nbytes)
+            fcntl.fcntl(
+                self.fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+            )
+            self._mm = mmap.mmap(self.fd, self.nbytes)
+            self.bytes = torch.frombuffer(self._mm, dtype=torch.uint8)
+
+    def view(
+        self, offset: int, dtype: torch.dtype, shape: tuple[int, ...], stride: tuple[int, ...]
+    ) -> torch.Tensor:
+        return strided_view(self.bytes, offset, dtype, shape, stride)
+
+    def close(self) -> None:
+        del self.bytes
+        if self._ptr is not None:
+            cuda_ipc.mem_free(self._ptr)
+            self._ptr = None
+        if self._mm is not None:
+            self._mm.close()
+            self._mm = None
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def strided_view(
+    region: torch.Tensor, offset: int, dtype: torch.dtype, shape: tuple[int, ...], stride: tuple[int, ...]
+) -> torch.Tensor:
+    """A ``dtype`` view of ``region`` (uint8) at byte ``offset``; raises unless it fits entirely."""
+    item = torch.empty((), dtype=dtype).element_size()
+    n = extent(shape, stride)
+    if offset < 0 or offset % item or offset + n * item > region.numel():
+        raise TransportError(
+            f"a tensor of {n} {dtype} elements at byte {offset} does not fit a region of {region.numel()} bytes"
+        )
+    if n == 0:
+        return torch.empty(shape, dtype=dtype, device=region.device)
+    flat = region.narrow(0, offset, n * item).view(dtype)
+    return flat.as_strided(shape, stride, 0)
+
+
+# ---- judge -> side ------------------------------------------------------------------------------
+
+
+def layout_bytes(value: Any) -> int:
+    """Arena bytes :func:`pack` needs for ``value``."""
+    return sum(_aligned(extent(t.shape, t.stride()) * t.element_size()) for t in _tensors(value))
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _tensors(v)]
+    return []
+
+
+def pack(value: Any, arena: Arena) -> Any:
+    """Write every tensor of ``value`` into ``arena`` (from byte 0, strides kept) and replace it by a
+    :class:`Ref`; other values stay as they are."""
+    cursor = [0]
+
+    def go(v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            if str(v.dtype).removeprefix("torch.") not in DTYPES:
+                raise TransportError(f"inputs of dtype {v.dtype} cannot be passed to a side")
+            shape, stride = tuple(v.shape), tuple(v.stride())
+            n = extent(shape, stride)
+            view = arena.view(cursor[0], v.dtype, shape, stride)
+            if n:
+                src = v.detach().as_strided((n,), (1,), v.storage_offset())
+                view.as_strided((n,), (1,), 0).copy_(src)
+            ref = Ref(cursor[0], str(v.dtype).removeprefix("torch."), shape, stride)
+            cursor[0] += _aligned(n * v.element_size())
+            return ref
+        if isinstance(v, list):
+            return [go(x) for x in v]
+        if isinstance(v, tuple):
+            return tuple(go(x) for x in v)
+        if isinstance(v, dict):
+            return {k: go(x) for k, x in v.items()}
+        return v
+
+    return go(value)
+
+
+def unpack(packed: Any, region: torch.Tensor) -> Any:
+    """Side: views of the mapped arena for every :class:`Ref`."""
+    if isinstance(packed, Ref):
+        return strided_view(region, packed.offset, DTYPES[packed.dtype], packed.shape, packed.stride)
+    if isinstance(packed, list):
+        return [unpack(x, region) for x in packed]
+    if isinstance(packed, tuple):
+        return tuple(unpack(x, region) for x in packed)
+    if isinstance(packed, dict):
+        return {k: unpack(x, region) for k, x in packed.items()}
+    return packed
+
+
+# ---- side -> judge ------------------------------------------------------------------------------
+
+
+class NeedSpace(Exception):
+    """Side: the output arena is too small; the judge grows it and calls again."""
+
+    def __init__(self, nbytes: int) -> None:
+        super().__init__(nbytes)
+        self.nbytes = nbytes
+
+
+def encode(out: Any, in_region: torch.Tensor, out_region: torch.Tensor | None) -> Any:
+    """Side: describe ``out`` as JSON. CPU tensors not in the input arena are copied to ``out_region``."""
+    in_lo = in_region.data_ptr()
+    in_hi = in_lo + in_region.numel()
+    cursor = [0]
+    pending: list[tuple[int, torch.Tensor]] = []
+
+    def tensor(t: torch.Tensor) -> dict[str, Any]:
+        if type(t) is not torch.Tensor and type(t) is not torch.nn.Parameter:
+            return {"k": "other", "type": f"{type(t).__module__}.{type(t).__qualname__} (a Tensor subclass)"}
+        if t.layout != torch.strided or t.is_meta:
+            return {"k": "other", "type": f"tensor with layout {t.layout} on {t.device}"}
+        dtype = str(t.dtype).removeprefix("torch.")
+        if dtype not in DTYPES:
+            return {"k": "other", "type": f"tensor of dtype {t.dtype}"}
+        meta = {"k": "tensor", "dtype": dtype, "shape": list(t.shape), "stride": list(t.stride())}
+        ptr = t.data_ptr()
+        n = extent(tuple(t.shape), tuple(t.stride()))
+        if n and in_lo <= ptr < in_hi and t.device == in_region.device:
+            return {**meta, "loc": "in", "offset": ptr - in_lo}
+        if t.device.type == "cuda":
+            if n == 0:
+                return {**meta, "loc": "empty"}
+            handle, offset = cuda_ipc.export(ptr)
+            return {**meta, "loc": "ipc", "handle": handle.hex(), "offset": offset}
+        nbytes = n * t.element_size()
+        offset = cursor[0]
+        cursor[0] += _aligned(nbytes)
+        pending.append((offset, t))
+        return {**meta, "loc": "out", "offset": offset}
+
+    def go(v: Any, depth: int = 0) -> Any:
+        if depth > 8:
+            return {"k": "other", "type": "structure nested deeper than 8"}
+        if isinstance(v, torch.Tensor):
+            return tensor(v)
+        if isinstance(v, (tuple, list)):
+            return {"k": type(v).__name__, "items": [go(x, depth + 1) for x in v]}
+        if v is None or isinstance(v, (bool, int, float)):
+            return {"k": "scalar", "v": v}
+        return {"k": "other", "type": f"{type(v).__module__}.{type(v).__qualname__}"}
+
+    tree = go(out)
+    if pending:
+        if out_region is None or cursor[0] > out_region.numel():
+            raise NeedSpace(cursor[0])
+        for offset, t in pending:
+            n = extent(tuple(t.shape), tuple(t.stride()))
+            dst = strided_view(out_region, offset, t.dtype, (n,), (1,))
+            dst.copy_(t.detach().as_strided((n,), (1,), t.storage_offset()))
+    return tree
+
+
+class Opened:
+    """Judge: the side's CUDA allocations opened during one job (closed together at its end)."""
+
+    def __init__(self) -> None:
+        self._by_handle: dict[bytes, tuple[int, torch.Tensor]] = {}
+
+    def region(self, handle: bytes) -> torch.Tensor:
+        if handle not in self._by_handle:
+            if len(self._by_handle) >= MAX_NODES:
+                raise TransportError("a side exported too many allocations")
+            ptr, size = cuda_ipc.open_handle(handle)
+            self._by_handle[handle] = (ptr, cuda_ipc.byte_view(ptr, size))
+        return self._by_handle[handle][1]
+
+    def close(self) -> None:
+        for ptr, _ in self._by_handle.values():
+            cuda_ipc.close_handle(ptr)
+        self._by_handle.clear()
+
+
+@dataclass
+class OutputTensor:
+    """Judge: a decoded output tensor, and where it lives (``in``: the side's input arena)."""
+
+    tensor: torch.Tensor
+    loc: str
+    offset: int
+
+
+class Foreign:
+    """An output value that is not a tensor, list, tuple or scalar (never equal to anything)."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def __repr__(self) -> str:
+        return f"<{self.what}>"
+
+
+def decode(tree: Any, arena: Arena, out_arena: Arena | None, opened: Opened | None) -> Any:
+    """Judge: views for a side's JSON description (tensors as :class:`OutputTensor`); validates all."""
+    budget = [MAX_NODES]
+
+    def need(cond: bool, what: str) -> None:
+        if not cond:
+            raise TransportError(f"output description: {what}")
+
+    def ints(v: Any, field: str) -> tuple[int, ...]:
+        need(
+            isinstance(v, list) and len(v) <= MAX_DIMS, f"`{field}` must be a list of at most {MAX_DIMS} ints"
+        )
+        need(all(type(x) is int and 0 <= x < 2**62 for x in v), f"`{field}` must hold non-negative ints")
+        return tuple(v)
+
+    def go(node: Any) -> Any:
+        budget[0] -= 1
+        need(budget[0] >= 0, f"more than {MAX_NODES} values")
+        need(
+            isinstance(node, dict) and isinstance(node.get("k"), str), "each value must be an object with `k`"
+        )
+        kind = node["k"]
+        if kind in ("tuple", "list"):
+            items = node.get("items")
+            need(isinstance(items, list), "`items` must be a list")
+            vals = [go(x) for x in items]
+            return tuple(vals) if kind == "tuple" else vals
+        if kind == "scalar":
+            v = node.get("v")
+            need(v is None or type(v) in (bool, int, float), "`v` must be a number, a bool or null")
+            return v
+        if kind == "other":
+            return Foreign(str(node.get("type", "?"))[:200])
+        need(kind == "tensor", f"unknown kind {kind!r}")
+        dtype = DTYPES.get(node.get("dtype"))  # type: ignore[arg-type]
+        need(dtype is not None, f"`dtype` must be one of {sorted(DTYPES)}")
+        assert dtype is not None
+        shape, stride = ints(node.get("shape"), "shape"), ints(node.get("stride"), "stride")
+        need(len(shape) == len(stride), "`shape` and `stride` differ in length")
+        need(math.prod(shape) < 2**40, "`shape` too large")
+        loc, offset = node.get("loc"), node.get("offset", 0)
+        need(type(offset) is int, "`offset` must be an int")
+        if loc == "empty":
+            need(extent(shape, stride) == 0, "`empty` tensor with elements")
+            return OutputTensor(torch.empty(shape, dtype=dtype, device=arena.device), "empty", 0)
+        if loc == "in":
+            return OutputTensor(arena.view(offset, dtype, shape, stride), "in", offset)
+        if loc == "out":
+            need(out_arena is not None, "`out` tensor without an output arena")
+            assert out_arena is not None
+            return OutputTensor(out_arena.view(offset, dtype, shape, stride), "out", offset)
+        need(loc == "ipc" and opened is not None, f"unknown `loc` {loc!r}")
+        assert opened is not None
+        handle = node.get("handle")
+        need(
+            isinstance(handle, str) and len(handle) == 2 * cuda_ipc.HANDLE_BYTES,
+            "`handle` must be 128 hex digits",
+        )
+        try:
+            raw = bytes.fromhex(handle)
+        except ValueError as exc:
+            raise TransportError("output description: `handle` is not hex") from exc
+        if raw == arena.handle or (out_arena is not None and raw == out_arena.handle):
+            raise TransportError("output description: `handle` names the judge's own arena")
+        region = opened.region(raw)
+        return OutputTensor(strided_view(region, offset, dtype, shape, stride), "ipc", offset)
+
+    return go(tree)

@@ -1,0 +1,112 @@
+"""A clean process that forks side processes: ``python -m kernel_service.zygote --sock FD``.
+
+The judge starts one zygote when it starts. The zygote imports torch (and what submissions commonly
+import) once, never initialises CUDA (a forked CUDA context is unusable) and never runs code it is sent,
+so every fork starts from the same clean state in milliseconds instead of a two-second torch import.
+
+Protocol, on a ``SOCK_SEQPACKET`` pair shared only with the judge: a request is a JSON object (the side's
+role, temp dir and sandbox settings); the reply is ``{"pid": N}`` carrying two file descriptors: the
+judge's end of a socket pair to the new side, and the read end of the side's stdout/stderr pipe. The side
+gets its own session (the judge kills it by process group). The zygote reaps its children and keeps
+their exit status for the judge to ask about (``{"op": "status", "pid": N}``: a dead side's signal or
+exit code, for the verdict's message).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from typing import Any
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sock", type=int, required=True)
+    args = parser.parse_args(argv)
+    sock = socket.socket(fileno=args.sock)
+    os.set_inheritable(args.sock, False)
+    statuses: dict[int, int] = {}
+
+    def reap(*_: object) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            statuses[pid] = status
+            while len(statuses) > 1000:
+                statuses.pop(next(iter(statuses)))
+
+    signal.signal(signal.SIGCHLD, reap)
+
+    import torch  # noqa: F401 - the point of the zygote: imported once, before any fork
+
+    from . import candidate
+    from .worker import preimport
+
+    preimport()
+    sock.send(json.dumps({"ready": True, "pid": os.getpid()}).encode())
+    while True:
+        try:
+            data = sock.recv(1 << 16)
+        except OSError:
+            return 0
+        if not data:
+            return 0  # the judge is gone
+        request: dict[str, Any] = json.loads(data)
+        if request.get("op") == "status":
+            sock.send(json.dumps({"status": _describe(statuses, int(request["pid"]))}).encode())
+            continue
+        judge_end, side_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        out_r, out_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the side: never returns into this loop
+            code = 1
+            try:
+                sock.close()
+                judge_end.close()
+                os.close(out_r)
+                os.setsid()
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                os.dup2(out_w, 1)
+                os.dup2(out_w, 2)
+                os.close(out_w)
+                sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
+                sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+                candidate.serve(side_end, request)
+                code = 0
+            finally:
+                os._exit(code)
+        side_end.close()
+        os.close(out_w)
+        try:
+            socket.send_fds(sock, [json.dumps({"pid": pid}).encode()], [judge_end.fileno(), out_r])
+        finally:
+            judge_end.close()
+            os.close(out_r)
+
+
+def _describe(statuses: dict[int, int], pid: int) -> str | None:
+    for _ in range(100):
+        if pid in statuses:
+            status = statuses[pid]
+            if os.WIFSIGNALED(status):
+                sig = os.WTERMSIG(status)
+                try:
+                    return f"killed by {signal.Signals(sig).name}"
+                except ValueError:
+                    return f"killed by signal {sig}"
+            return f"exit status {os.WEXITSTATUS(status)}"
+        time.sleep(0.01)
+    return None
+
+
+if __name__ == "__main__":
+    sys.exit(main())
