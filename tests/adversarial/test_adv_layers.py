@@ -137,24 +137,30 @@ def test_leftover_processes_are_found_and_killed() -> None:
 def test_patch_guard_sees_timer_harness_torch_and_weight_tampering() -> None:
     import time as time_mod
 
-    import kernel_service.harness as harness
+    import kernel_service.timing as timing
 
     model = torch.nn.Linear(4, 4)
     guard = PatchGuard.for_harness(None, model)
     assert guard.violations() == []
-    saved = (time_mod.perf_counter, harness.Timer.__call__, torch.matmul)
+    saved = (time_mod.perf_counter, timing.CpuTimer.time_call, torch.matmul)
     try:
         time_mod.perf_counter = lambda: 0.0  # type: ignore[assignment]
-        harness.Timer.__call__ = lambda *a: (0.0, None)  # type: ignore[method-assign,assignment]
+        timing.CpuTimer.time_call = lambda *a: (0.0, None)  # type: ignore[method-assign,assignment]
         torch.matmul = lambda *a, **k: None  # type: ignore[assignment]
         torch.Tensor.__add__ = lambda a, b: a  # type: ignore[method-assign,assignment]
         with torch.no_grad():
             model.weight.zero_()
         found = "\n".join(guard.violations())
     finally:
-        time_mod.perf_counter, harness.Timer.__call__, torch.matmul = saved  # type: ignore[method-assign]
+        time_mod.perf_counter, timing.CpuTimer.time_call, torch.matmul = saved  # type: ignore[method-assign]
         del torch.Tensor.__add__
-    for needle in ("time.perf_counter", "Timer.__call__", "torch.matmul", "torch.Tensor.__add__", "weight"):
+    for needle in (
+        "time.perf_counter",
+        "CpuTimer.time_call",
+        "torch.matmul",
+        "torch.Tensor.__add__",
+        "weight",
+    ):
         assert needle in found, found
     assert guard.violations(check_values=False) == []  # all restored (the weights stay zeroed)
 

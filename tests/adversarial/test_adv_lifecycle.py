@@ -98,8 +98,8 @@ def test_worker_is_replaced_after_max_jobs_and_after_faults(tmp_path: Path) -> N
         _job(tmp_path, honest),  # worker 2
         _job(tmp_path, FAULTY),  # worker 2, 2nd job: execution_failure
         _job(tmp_path, honest),  # worker 3
-        _job(tmp_path, source("patch_harness_compare")),  # worker 3, 2nd job: caught patching
-        _job(tmp_path, honest),  # worker 4: judged by an unpatched harness
+        _job(tmp_path, source("patch_harness_compare")),  # worker 3, 2nd job: its patch stays in its process
+        _job(tmp_path, honest),  # worker 4
     ]
     results = _run(tmp_path, 2, jobs)
     outcomes = [r.outcome.value for r, _ in results]
@@ -110,7 +110,7 @@ def test_worker_is_replaced_after_max_jobs_and_after_faults(tmp_path: Path) -> N
         "correct",
         "execution_failure",
         "correct",
-        "execution_failure",
+        "incorrect",
         "correct",
     ], [r.message for r, _ in results]
     assert workers[0] == workers[1] != workers[2], workers
@@ -119,14 +119,15 @@ def test_worker_is_replaced_after_max_jobs_and_after_faults(tmp_path: Path) -> N
     assert len(set(workers)) == 4
     assert [r.recycled is not None for r, _ in results] == [False, True, False, True, False, True, False]
     assert "max_jobs_per_worker" in (results[1][0].recycled or "")
-    assert results[5][0].message.startswith("integrity: "), results[5][0].message
+    assert "differ" in results[5][0].message or "outside" in results[5][0].message, results[5][0].message
     for res, _ in results:
         if res.outcome.value == "correct":
             assert res.speedup is not None and 0.3 < res.speedup < 3, res.speedup
 
 
-def test_fault_alone_recycles_a_worker(tmp_path: Path) -> None:
-    """With a generous job budget, only the fault replaces the worker (and the next answer is right)."""
+def test_a_fault_costs_only_the_candidate_process(tmp_path: Path) -> None:
+    """A crashing submission takes down its own candidate process, not the judge: the same worker
+    answers the next job, right."""
     results = _run(
         tmp_path,
         50,
@@ -139,7 +140,8 @@ def test_fault_alone_recycles_a_worker(tmp_path: Path) -> None:
         "correct",
     )
     assert "kernel launch failed" in bad.message
-    assert w1 == w2 != w3
+    assert w1 == w2 == w3
+    assert bad.recycled is None
 
 
 def test_honest_batchnorm_reference_is_not_flagged(tmp_path: Path) -> None:
@@ -148,7 +150,7 @@ def test_honest_batchnorm_reference_is_not_flagged(tmp_path: Path) -> None:
     for res, _ in results:
         assert res.outcome.value == "correct", res.message
         assert res.uses_custom_kernel is False and res.custom_kernels == []
-        assert res.phases is not None and {"load_solution", "correctness", "timing"} <= res.phases.keys()
+        assert res.phases is not None and {"load", "correctness", "timing"} <= res.phases.keys()
     assert results[0][1] == results[1][1]  # an honest job does not cost a worker restart
 
 
@@ -172,9 +174,8 @@ class ModelNew(nn.Module):
 
 
 def test_torch_compile_and_idle_pool_threads_keep_the_worker(tmp_path: Path) -> None:
-    """torch.compile (inductor compiling in-process, as the service configures it) leaves only parked
-    pool threads behind: the worker serves the next job (no fresh torch import per torch.compile
-    submission). A thread still running after its job does recycle the worker."""
+    """torch.compile (inductor compiling in-process) and a submission's threads, idle or still running,
+    live in its candidate process and die with it: the judge serves every next job."""
     results = _run(
         tmp_path,
         50,
@@ -188,9 +189,9 @@ def test_torch_compile_and_idle_pool_threads_keep_the_worker(tmp_path: Path) -> 
     )
     (compiled, w1), (ok, w2), (offload, w3), (ok2, w4) = results
     assert compiled.outcome.value == ok.outcome.value == ok2.outcome.value == "correct", compiled.message
-    assert w1 == w2 == w3 != w4
-    assert compiled.recycled is None and ok.recycled is None
-    assert offload.recycled is not None and "thread" in offload.recycled, offload.recycled
+    assert w1 == w2 == w3 == w4
+    assert compiled.recycled is None and ok.recycled is None and offload.recycled is None
+    assert offload.outcome.value != "correct" or (offload.speedup or 0) <= 1.1, offload
 
 
 def test_isolation_report_in_every_answer(tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
-"""Cheats that tamper with the warm worker itself (patched timers, harness, torch; background threads).
+"""Cheats that tamper with the process they run in (patched timers, harness, torch; background threads).
 
-They get their own service (the ``adv`` fixture is module-scoped): until the worker recycles itself after a
-job that left patches behind (hook 13), they would distort every later evaluation in that worker.
+The submission runs in a candidate process of its own, forked for its job and killed after it: whatever it
+patches there reaches neither the judge's clocks and comparison nor the reference, nor any later job.
+Each ends incorrect/failed, or correct with no gain, and the next honest job is judged as usual.
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ PATCHING: list[Any] = [
 
 
 @pytest.mark.parametrize("case", PATCHING)
-def test_tampering_cheat_is_caught_and_does_not_outlive_its_job(client: httpx.Client, case: str) -> None:
+def test_tampering_gains_nothing_and_does_not_outlive_its_job(client: httpx.Client, case: str) -> None:
     res, _ = evaluate(client, source(case))
-    assert res.outcome != "correct", (
+    assert res.outcome != "correct" or (res.speedup or 0) <= 1.1, (
         f"{case}: judged correct with speedup {res.speedup}; "
         f"ref {res.ref_timing and res.ref_timing.median} ms, new {res.new_timing and res.new_timing.median} ms"
     )
-    assert res.reward < 0
+    assert res.reward <= 0.1
     assert_healthy(client)

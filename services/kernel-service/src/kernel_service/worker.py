@@ -260,11 +260,7 @@ def _run_job(raw: dict[str, Any], jobdir: Path, env: Any, judge: Any, report: An
         return harness.compile_only(job, jobdir, env, report)
     from .judge import evaluate
 
-    result = evaluate(judge, job, jobdir, env, report)
-    # A failure may have left CUDA (a sticky error) or torch in a bad state: start the next job clean.
-    if result.get("outcome") in ("execution_failure", "initialization_failure", "unknown_error"):
-        result["recycle"] = f"after an {result['outcome']}"
-    return result
+    return evaluate(judge, job, jobdir, env, report)
 
 
 def preimport() -> None:
