@@ -115,12 +115,12 @@ class Side:
         self.fn = fn
         return {"ok": True, "file": str(module.__file__)}
 
-    def op_load_op(self, msg: dict[str, Any]) -> dict[str, Any]:
+    def _op(self, name: str) -> Any:
+        """An aten overload by name (``aten.add.Tensor``): what a BackendBench reference side calls."""
         target: Any = torch.ops
-        for part in str(msg["overload"]).split("."):
+        for part in str(name).split("."):
             target = getattr(target, part)
-        self.fn = target
-        return {"ok": True}
+        return target
 
     def op_arena(self, msg: dict[str, Any]) -> dict[str, Any]:
         nbytes = int(msg["nbytes"])
@@ -159,21 +159,38 @@ class Side:
         """Run the callable once. ``gated``: wait on the judge's go event and mark done with our event,
         without a host sync (the judge times on the GPU); otherwise synchronise before answering."""
         self._keep = [k for k in self._keep if not isinstance(k, _Outputs)]
+        fn = self._op(msg["overload"]) if msg.get("overload") else self.fn
+        called: list[str] = []
         try:
             args, kwargs = self._inputs(msg)
             if msg.get("gated"):
                 assert self.go is not None and self.done is not None
                 torch.cuda.current_stream().wait_event(self.go)
-                out = self.fn(*args, **kwargs)
+                out = fn(*args, **kwargs)
                 self.done.record()
+            elif msg.get("record"):  # BackendBench: which aten ops the kernel called (advisory)
+                from .backendbench.detect import packet_name
+                from .backendbench.suites import DispatchRecorder
+
+                rec = DispatchRecorder()
+                try:
+                    with rec:
+                        out = fn(*args, **kwargs)
+                finally:
+                    called = sorted({packet_name(f) for f, _, _ in rec.calls})
+                self._sync()
             else:
-                out = self.fn(*args, **kwargs)
+                out = fn(*args, **kwargs)
                 self._sync()
         except BaseException as exc:  # noqa: BLE001
-            return _error("execution_failure", "forward raised", exc)
+            return {
+                **_error("execution_failure", "forward raised", exc),
+                "called": called,
+                "exc": _short(exc),
+            }
         self._keep.append(_Outputs(out))  # the judge reads this memory after we answer
         try:
-            return {"ok": True, "out": transport.encode(out, self._in(), self.out_region)}
+            return {"ok": True, "out": transport.encode(out, self._in(), self.out_region), "called": called}
         except transport.NeedSpace as need:
             return {"ok": False, "need": need.nbytes}
         except BaseException as exc:  # noqa: BLE001
@@ -206,6 +223,17 @@ class Side:
         except BaseException as exc:  # noqa: BLE001
             return _error("execution_failure", "an asynchronous CUDA error", exc)
         return {"ok": True}
+
+
+def _short(exc: BaseException) -> str:
+    """The error and the frames in the submitted file (what its author can act on)."""
+    frames = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if os.path.basename(f.filename).startswith(("kernel_", "solution_"))
+    ]
+    where = "".join(f" (line {f.lineno}: {(f.line or '').strip()[:80]})" for f in frames[-2:])
+    return f"{type(exc).__name__}: {str(exc)[:500]}{where}"
 
 
 class _Outputs:

@@ -36,6 +36,7 @@ class HarnessError(Exception):
         self.message = message
         self.tb = tb
         self.compile_log = compile_log
+        self.reply: dict[str, Any] = {}  # the side's reply that caused it, when one did
 
 
 @dataclass

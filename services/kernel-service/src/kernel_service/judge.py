@@ -19,6 +19,8 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -100,11 +102,12 @@ class Judge:
             self._zygote.close()
 
 
-class _Run:
+class Run:
     """The state of one evaluation: its two sides, their arenas, what was opened of theirs."""
 
-    def __init__(self, judge: Judge, job: Job, workdir: Path, device: torch.device, deadline: float) -> None:
-        self.judge, self.job, self.workdir, self.device, self.deadline = judge, job, workdir, device, deadline
+    def __init__(self, judge: Judge, workdir: Path, device: torch.device, timeout_s: float) -> None:
+        self.judge, self.workdir, self.device, self.timeout_s = judge, workdir, device, timeout_s
+        self.deadline = time.monotonic() + timeout_s
         self.sides: dict[str, SideProcess] = {}
         self.arenas: dict[tuple[str, str], transport.Arena] = {}
         self.opened: dict[str, transport.Opened] = {}
@@ -127,10 +130,9 @@ class _Run:
 
     def _fault(self, role: str, fault: SideFault) -> HarnessError:
         if fault.kind == "timeout":
-            opts = self.job.options
             return HarnessError(
                 Outcome.TIMEOUT,
-                f"evaluation exceeded timeout_s={opts.timeout_s:g} (during {self.phase}); {role} process killed",
+                f"evaluation exceeded timeout_s={self.timeout_s:g} (during {self.phase}); {role} process killed",
             )
         if role == "reference":
             return HarnessError(Outcome.UNKNOWN_ERROR, f"the reference process failed: {fault.message}")
@@ -152,11 +154,19 @@ class _Run:
             old.close()
         return arena
 
-    def call(self, role: str, args: list[Any], timer: Timer | None = None) -> tuple[float | None, Any]:
-        """One call of ``role``'s callable on copies of ``args``: (milliseconds when timed, outputs).
+    def call(
+        self,
+        role: str,
+        args: list[Any],
+        timer: Timer | None = None,
+        kwargs: dict[str, Any] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> Call:
+        """One call of ``role``'s callable on copies of ``args``/``kwargs`` (written to its arena now).
 
         Timed candidate outputs come back already copied by the judge (sampled when large), inside the
-        timer, right after the call's end is recorded; reference outputs are views, read before its next call.
+        timer, right after the call's end is recorded; other outputs are views, to read before the side's
+        next call.
         """
 
         def read(reply: dict[str, Any]) -> Callable[[], Any]:
@@ -167,24 +177,26 @@ class _Run:
 
         tries = 0
         while True:
-            arena = self.arena(role, "in", transport.layout_bytes(args))
-            msg = {"op": "call", "args": transport.pack(list(args), arena), "kwargs": {}, "gated": timer is not None
-                   and self.device.type == "cuda"}  # fmt: skip
+            values = (list(args), dict(kwargs or {}))
+            arena = self.arena(role, "in", transport.layout_bytes(values))
+            packed = transport.pack(values, arena)
+            msg = {"op": "call", "args": packed[0], "kwargs": packed[1], **(extra or {})}
+            msg["gated"] = timer is not None and self.device.type == "cuda"
             if timer is None:
                 ms, reply = None, self.ask(role, msg)
                 if reply.get("ok"):
-                    return None, self.decode(role, reply)
+                    return Call(None, self.decode(role, reply), reply, packed, arena)
             else:
                 tries += 1
                 try:
-                    ms, reply = timer.time_call(lambda m=msg: self.ask(role, m), read, tries >= GATE_TRIES)
+                    ms, reply = timer.time_call(partial(self.ask, role, msg), read, tries >= GATE_TRIES)
                 except TimeoutError as exc:
                     self.recycle = f"a timed call of the {role} never finished on the GPU"
                     raise self._fault(role, SideFault("timeout", str(exc))) from exc
                 if reply.get("ok"):
                     if ms is None:
                         continue  # the gate expired before the side answered: measure again
-                    return ms, reply["read"]
+                    return Call(ms, reply["read"], reply, packed, arena)
             if isinstance(reply.get("need"), int) and 0 < reply["need"] < 1 << 40:
                 self.arena(role, "out", reply["need"])
                 continue
@@ -214,9 +226,11 @@ class _Run:
             outcome = Outcome.EXECUTION_FAILURE
         if outcome in (Outcome.CORRECT, Outcome.COMPILED, Outcome.REQUIRES_GPU):
             outcome = Outcome.EXECUTION_FAILURE  # a side never decides a favourable verdict
-        return HarnessError(
+        err = HarnessError(
             outcome, message, tb=_text(reply, "traceback"), compile_log=_text(reply, "compile_log")
         )
+        err.reply = reply
+        return err
 
     def kill(self, role: str) -> None:
         side = self.sides.get(role)
@@ -234,6 +248,21 @@ class _Run:
         for arena in self.arenas.values():
             arena.close()
         self.arenas.clear()
+
+
+@dataclass
+class Call:
+    """What one call gave: milliseconds when timed, outputs, the side's reply, the inputs as packed."""
+
+    ms: float | None
+    out: Any
+    reply: dict[str, Any]
+    packed: Any
+    arena: transport.Arena
+
+    def inputs_after(self) -> Any:
+        """The judge's views of this call's inputs as the side left them (in-place and out= results)."""
+        return transport.unpack(self.packed, self.arena.bytes)
 
 
 def _text(reply: dict[str, Any], key: str) -> str | None:
@@ -283,9 +312,9 @@ def evaluate(
     }
     started = time.perf_counter()
     phases: dict[str, float] = {}
-    run = _Run(judge, job, workdir, device, time.monotonic() + opts.timeout_s)
+    run = Run(judge, workdir, device, opts.timeout_s)
     try:
-        result = _evaluate(run, base, phases, report, started)
+        result = _evaluate(run, job, base, phases, report, started)
     except HarnessError as err:
         result = {
             **base,
@@ -334,7 +363,7 @@ def _tf32_flags(mode: str) -> dict[str, bool]:
 
 
 class _Phases:
-    def __init__(self, run: _Run, phases: dict[str, float], report: PhaseReporter) -> None:
+    def __init__(self, run: Run, phases: dict[str, float], report: PhaseReporter) -> None:
         self.run, self.phases, self.report = run, phases, report
 
     def __call__(self, name: str) -> _Phases:
@@ -351,9 +380,9 @@ class _Phases:
 
 
 def _evaluate(
-    run: _Run, base: dict[str, Any], phases: dict[str, float], report: PhaseReporter, started: float
+    run: Run, job: Job, base: dict[str, Any], phases: dict[str, float], report: PhaseReporter, started: float
 ) -> dict[str, Any]:
-    job, opts, device = run.job, run.job.options, run.device
+    opts, device = job.options, run.device
     phase = _Phases(run, phases, report)
     if opts.device == "cuda" and device.type != "cuda":
         raise HarnessError(Outcome.REQUIRES_GPU, "device 'cuda' requested but this worker has no CUDA device")
@@ -402,12 +431,10 @@ def _evaluate(
         for trial in range(opts.correctness_trials):
             where = f"correctness trial {trial + 1}/{opts.correctness_trials}"
             inputs = get_inputs(fresh_seed())
-            _, new = run.call("candidate", inputs)
-            new_out = snapshot(new)
+            new_out = snapshot(run.call("candidate", inputs).out)
             if why := foreign(new_out):
                 raise Incorrect(f"{where}: {why}")
-            _, ref = run.call("reference", inputs)
-            ref_out = unwrap(ref)
+            ref_out = unwrap(run.call("reference", inputs).out)
             if atol is None or rtol is None:
                 tol = default_tolerance(flatten_outputs(ref_out))
                 atol = tol if atol is None else atol
@@ -452,7 +479,7 @@ def _evaluate(
 
     assert atol is not None and rtol is not None
     with phase("timing"):
-        timing = _time(run, get_inputs, atol, rtol, started)
+        timing = _time(run, job, get_inputs, atol, rtol, started)
     if timing["mismatch"]:
         return {**common, "outcome": Outcome.INCORRECT.value, "reward": reward_for(Outcome.INCORRECT, None),
                 "message": f"a timed call's output differs from the reference: {timing['mismatch']}"}  # fmt: skip
@@ -470,16 +497,16 @@ def _evaluate(
 
 
 def _time(
-    run: _Run, get_inputs: Callable[[int], list[Any]], atol: float, rtol: float, started: float
+    run: Run, job: Job, get_inputs: Callable[[int], list[Any]], atol: float, rtol: float, started: float
 ) -> dict[str, Any]:
     """The candidate timed first, then killed; then the reference timed on the seeds whose candidate
     outputs are checked, so no code of the submission runs while the reference is measured."""
-    opts, device = run.job.options, run.device
-    base: Timer = run.judge.gpu_timer(device) if device.type == "cuda" else CpuTimer()
-    cached = run.job.cached_ref_timing
+    opts, device = job.options, run.device
+    base: GpuTimer | CpuTimer = run.judge.gpu_timer(device) if device.type == "cuda" else CpuTimer()
+    cached = job.cached_ref_timing
     budget = opts.timeout_s * TIMING_BUDGET_SHARE
     roles = ["candidate"] if cached is not None else ["candidate", "reference"]
-    timers = {role: base.bind(role, lambda m, r=role: run.ask(r, m)) for role in roles}
+    timers: dict[str, Timer] = {role: base.bind(role, partial(run.ask, role)) for role in roles}
     warm = get_inputs(fresh_seed())
     for _ in range(opts.warmup):
         run.call("candidate", warm, timers["candidate"])
@@ -493,7 +520,8 @@ def _time(
     )  # fmt: skip
     for i in range(opts.perf_trials):
         seed = fresh_seed()
-        ms, snap = run.call("candidate", get_inputs(seed), timers["candidate"])
+        timed = run.call("candidate", get_inputs(seed), timers["candidate"])
+        ms, snap = timed.ms, timed.out
         assert ms is not None
         new_times.append(ms)
         if why := foreign(snap):
@@ -519,7 +547,8 @@ def _time(
         del warm
         for i in range(len(new_times)):
             seed, snap = checked[i] if i < len(checked) else (fresh_seed(), None)
-            ms, out = run.call("reference", get_inputs(seed), timers["reference"])
+            timed = run.call("reference", get_inputs(seed), timers["reference"])
+            ms, out = timed.ms, timed.out
             assert ms is not None
             ref_times.append(ms)
             if snap is not None and mismatch is None:
@@ -528,8 +557,7 @@ def _time(
     for seed, snap in checked:
         if mismatch is not None:
             break
-        _, out = run.call("reference", get_inputs(seed))
-        mismatch = _mismatch(unwrap(out), snap, atol, rtol)
+        mismatch = _mismatch(unwrap(run.call("reference", get_inputs(seed)).out), snap, atol, rtol)
     return {
         "ref": cached if cached is not None else TimingStats.of(ref_times),
         "new": TimingStats.of(new_times),

@@ -38,9 +38,9 @@ Read = Callable[[dict[str, Any]], Callable[[], Any]]
 
 
 class Timer(Protocol):
-    method: str
+    """Times one call of one side (``bind`` gives the timer for a side)."""
 
-    def bind(self, role: str, ask: Callable[[dict[str, Any]], dict[str, Any]]) -> Timer: ...
+    method: str
 
     def time_call(self, ask: Ask, read: Read, last_try: bool) -> tuple[float | None, dict[str, Any]]: ...
 

@@ -213,11 +213,11 @@ def encode(out: Any, in_region: torch.Tensor, out_region: torch.Tensor | None) -
         meta = {"k": "tensor", "dtype": dtype, "shape": list(t.shape), "stride": list(t.stride())}
         ptr = t.data_ptr()
         n = extent(tuple(t.shape), tuple(t.stride()))
-        if n and in_lo <= ptr < in_hi and t.device == in_region.device:
+        if n == 0:
+            return {**meta, "loc": "empty"}
+        if in_lo <= ptr < in_hi and t.device == in_region.device:
             return {**meta, "loc": "in", "offset": ptr - in_lo}
         if t.device.type == "cuda":
-            if n == 0:
-                return {**meta, "loc": "empty"}
             handle, offset = cuda_ipc.export(ptr)
             return {**meta, "loc": "ipc", "handle": handle.hex(), "offset": offset}
         nbytes = n * t.element_size()
@@ -321,7 +321,7 @@ def decode(tree: Any, arena: Arena, out_arena: Arena | None, opened: Opened | No
         if kind == "other":
             return Foreign(str(node.get("type", "?"))[:200])
         need(kind == "tensor", f"unknown kind {kind!r}")
-        dtype = DTYPES.get(node.get("dtype"))  # type: ignore[arg-type]
+        dtype = DTYPES.get(str(node.get("dtype")))
         need(dtype is not None, f"`dtype` must be one of {sorted(DTYPES)}")
         assert dtype is not None
         shape, stride = ints(node.get("shape"), "shape"), ints(node.get("stride"), "stride")

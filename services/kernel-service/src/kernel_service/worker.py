@@ -252,7 +252,7 @@ def _run_job(raw: dict[str, Any], jobdir: Path, env: Any, judge: Any, report: An
     if kind == "backendbench":
         from .backendbench.evaluator import evaluate as bb_evaluate
 
-        return dict(bb_evaluate(raw["request"]))
+        return dict(bb_evaluate(raw["request"], judge))
     from . import harness
 
     job = harness.Job.from_dict(raw)
