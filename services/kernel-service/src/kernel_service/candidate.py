@@ -18,6 +18,7 @@ import json
 import os
 import pickle
 import socket
+import tempfile
 import traceback
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -60,7 +61,10 @@ class Side:
         handler = getattr(self, f"op_{op}", None)
         if handler is None:
             return {"ok": False, "outcome": "unknown_error", "message": f"unknown request {op!r}"}
-        result: dict[str, Any] = handler(msg)
+        try:
+            result: dict[str, Any] = handler(msg)
+        except Exception as exc:  # noqa: BLE001 - a bad request or a broken mapping: answer, do not die
+            return _error("execution_failure", f"request {op!r} failed", exc)
         return result
 
     def op_setup(self, msg: dict[str, Any]) -> dict[str, Any]:
@@ -257,6 +261,7 @@ def serve(sock: socket.socket, request: dict[str, Any]) -> None:
     faulthandler.enable()  # a crash leaves a Python traceback in the output the judge keeps
     for key in ("HOME", "TMPDIR", "XDG_CACHE_HOME"):
         os.environ[key] = str(tmp)
+    tempfile.tempdir = str(tmp)  # cached by the zygote's imports (Triton builds its helpers under it)
     os.environ["TRITON_CACHE_DIR"] = str(tmp / "triton-cache")
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(tmp / "inductor-cache")
     os.chdir(tmp)

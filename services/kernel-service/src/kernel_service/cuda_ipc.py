@@ -72,7 +72,7 @@ def export(ptr: int) -> tuple[bytes, int]:
     base, _ = address_range(ptr)
     handle = _IpcMemHandle()
     _check(_driver().cuIpcGetMemHandle(ctypes.byref(handle), ctypes.c_uint64(base)), "cuIpcGetMemHandle")
-    return bytes(handle.reserved), ptr - base
+    return ctypes.string_at(ctypes.addressof(handle), HANDLE_BYTES), ptr - base
 
 
 def open_handle(handle: bytes) -> tuple[int, int]:
@@ -80,7 +80,7 @@ def open_handle(handle: bytes) -> tuple[int, int]:
     if len(handle) != HANDLE_BYTES:
         raise CudaDriverError(f"an IPC handle has {HANDLE_BYTES} bytes, got {len(handle)}")
     h = _IpcMemHandle()
-    ctypes.memmove(h.reserved, handle, HANDLE_BYTES)
+    ctypes.memmove(ctypes.addressof(h), handle, HANDLE_BYTES)
     ptr = ctypes.c_uint64()
     _check(
         _driver().cuIpcOpenMemHandle_v2(

@@ -63,17 +63,29 @@ class Incorrect(Exception):
 class Judge:
     """One per eval worker: the zygote that forks sides, and the GPU timer's calibration."""
 
-    def __init__(self, env: Environment, policy: HardenPolicy, tmp: Path) -> None:
+    def __init__(
+        self, env: Environment, policy: HardenPolicy, tmp: Path, zygote: Zygote | None = None
+    ) -> None:
         self.env = env
         self.tmp = tmp
         self.policy = policy
-        self._zygote: Zygote | None = None
+        self._zygote: Zygote | None = zygote
+        #: Set when the zygote had to be replaced: a new one carries this process's restrictions into its
+        #: forks, so the worker should be replaced after this job.
+        self.recycle: str | None = None
         self._gpu_timer: GpuTimer | None = None
 
     @property
     def zygote(self) -> Zygote:
-        if self._zygote is None or self._zygote.proc.poll() is not None:
+        if self._zygote is not None and self._zygote.proc.poll() is not None:
+            self.recycle = "the zygote died and was restarted"
+            self._zygote = None
+        if self._zygote is None:
             self._zygote = Zygote(self.tmp / "zygote-log.txt")
+        if not self._zygote.forks_can_use_cuda:  # an import touched CUDA: fork from a bare one
+            self._zygote.close()
+            self._zygote = Zygote(self.tmp / "zygote-log.txt", preimport=False)
+            self.recycle = "the zygote restarted without preimports"
         return self._zygote
 
     def keep_pids(self) -> set[int]:
@@ -338,8 +350,8 @@ def evaluate(
     finally:
         run.close()
     result["solution_output"] = run.candidate_output
-    if run.recycle:
-        result["recycle"] = run.recycle
+    if run.recycle or judge.recycle:
+        result["recycle"] = run.recycle or judge.recycle
     elapsed = result.setdefault("elapsed", {})
     for key, names in (
         ("init_s", ("load", "init")),

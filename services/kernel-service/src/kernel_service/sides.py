@@ -67,29 +67,42 @@ class Tail:
 class Zygote:
     """The judge's fork server (``kernel_service.zygote``), started once per judge."""
 
-    def __init__(self, log: Path) -> None:
+    def __init__(self, log: Path, preimport: bool = True) -> None:
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        flags = [] if preimport else ["--no-preimport"]
         with open(log, "ab") as out:  # never the judge's fds 1/2: they may be a job's capture pipe
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "kernel_service.zygote", "--sock", str(theirs.fileno())],
+                [sys.executable, "-m", "kernel_service.zygote", "--sock", str(theirs.fileno()), *flags],
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=out,
             )
         theirs.close()
-        self._sock.settimeout(ZYGOTE_START_S)
-        hello = json.loads(self._sock.recv(4096) or b"{}")
-        if not hello.get("ready"):
-            raise RuntimeError(f"the zygote did not start (exit code {self.proc.poll()})")
-        self._sock.settimeout(30.0)
         self._lock = threading.Lock()
+        self._hello: dict[str, Any] | None = None
+
+    def hello(self) -> dict[str, Any]:
+        """Wait for the zygote's start (its imports take seconds: the caller may do other work first)."""
+        if self._hello is None:
+            self._sock.settimeout(ZYGOTE_START_S)
+            self._hello = json.loads(self._sock.recv(4096) or b"{}")
+            self._sock.settimeout(30.0)
+            if not self._hello.get("ready"):
+                raise RuntimeError(f"the zygote did not start (exit code {self.proc.poll()})")
+        return self._hello
+
+    @property
+    def forks_can_use_cuda(self) -> bool:
+        """False when an import initialised CUDA in the zygote: its forks could not use the GPU."""
+        return bool(self.hello().get("forks_can_use_cuda"))
 
     @property
     def pid(self) -> int:
         return self.proc.pid
 
     def fork(self, request: dict[str, Any]) -> tuple[int, socket.socket, int]:
+        self.hello()
         with self._lock:
             self._sock.send(json.dumps(request).encode())
             data, fds, _, _ = socket.recv_fds(self._sock, 4096, 2)

@@ -160,6 +160,13 @@ def main(argv: list[str] | None = None) -> int:
     launcher: sandbox.Launcher = "none"
     if os.environ.get("KS_SANDBOX_LAUNCHER") in ("bwrap", "unshare"):
         launcher = "bwrap" if os.environ["KS_SANDBOX_LAUNCHER"] == "bwrap" else "unshare"
+    # The zygote starts before this process restricts itself: the side processes it forks then carry
+    # only their own Landlock domain (their CUDA driver must write under their own /proc/<pid>, which a
+    # domain inherited from the judge would forbid). It runs no code it is sent.
+    from .sides import Zygote
+
+    tmp.mkdir(parents=True, exist_ok=True)
+    zygote = Zygote(tmp / "zygote-log.txt") if args.worker_id.startswith("eval") else None
     isolation = sandbox.harden_worker(policy, launcher=launcher)
     isolation.fallbacks[:0] = [n for n in os.environ.get("KS_SANDBOX_NOTES", "").split("\n") if n]
     sandbox.become_subreaper()
@@ -178,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
 
     preimport()
     env = harness.probe_environment()
-    judge = Judge(env, policy, tmp)
+    judge = Judge(env, policy, tmp, zygote)
     gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "")
     if gpu and env.device != "cuda":
         # Never time a "GPU" evaluation on the CPU: a sandbox or driver problem must stop the service.

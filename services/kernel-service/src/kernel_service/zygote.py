@@ -21,13 +21,18 @@ import signal
 import socket
 import sys
 import time
+import traceback
 from typing import Any
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sock", type=int, required=True)
+    parser.add_argument("--no-preimport", action="store_true")
     args = parser.parse_args(argv)
+    # Never initialise CUDA here (torch's CUDA availability check through NVML does not): a fork of a
+    # process that did cannot use CUDA at all.
+    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
     sock = socket.socket(fileno=args.sock)
     os.set_inheritable(args.sock, False)
     statuses: dict[int, int] = {}
@@ -51,8 +56,11 @@ def main(argv: list[str] | None = None) -> int:
     from . import candidate
     from .worker import preimport
 
-    preimport()
-    sock.send(json.dumps({"ready": True, "pid": os.getpid()}).encode())
+    if not args.no_preimport:
+        preimport()
+    sock.send(
+        json.dumps({"ready": True, "pid": os.getpid(), "forks_can_use_cuda": _fork_is_clean()}).encode()
+    )
     while True:
         try:
             data = sock.recv(1 << 16)
@@ -82,6 +90,9 @@ def main(argv: list[str] | None = None) -> int:
                 sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
                 candidate.serve(side_end, request)
                 code = 0
+            except BaseException:  # noqa: BLE001 - say why in the output the judge keeps, then exit
+                traceback.print_exc()
+                sys.stderr.flush()
             finally:
                 os._exit(code)
         side_end.close()
@@ -91,6 +102,23 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             judge_end.close()
             os.close(out_r)
+
+
+def _fork_is_clean() -> bool:
+    """Whether a child forked now may initialise CUDA (an import may have initialised it here)."""
+    import torch
+
+    pid = os.fork()
+    if pid == 0:
+        os._exit(1 if torch.cuda._is_in_bad_fork() else 0)
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+        except ChildProcessError:
+            return True  # reaped by the SIGCHLD handler: cannot tell, assume clean
+        except InterruptedError:
+            continue
 
 
 def _describe(statuses: dict[int, int], pid: int) -> str | None:
