@@ -30,7 +30,9 @@ import torch  # noqa: E402
 
 HEADER = "import torch\nimport torch.nn as nn\n"
 
-DIAG_REF = HEADER + """
+DIAG_REF = (
+    HEADER
+    + """
 N, M = 2048, 8192
 class Model(nn.Module):
     def forward(self, a, b):
@@ -40,11 +42,14 @@ def get_inputs():
 def get_init_inputs():
     return []
 """
+)
 DIAG_NEW = DIAG_REF.replace("class Model(", "class ModelNew(").replace(
     "return torch.diag(a) @ b", "return a.unsqueeze(1) * b"
 )
 
-CHAIN_REF = HEADER + """
+CHAIN_REF = (
+    HEADER
+    + """
 class Model(nn.Module):
     def forward(self, x):
         return torch.relu(x * 2.0 + 1.0)
@@ -53,7 +58,10 @@ def get_inputs():
 def get_init_inputs():
     return []
 """
-CHAIN_NEW = HEADER + """
+)
+CHAIN_NEW = (
+    HEADER
+    + """
 import triton
 import triton.language as tl
 
@@ -71,8 +79,11 @@ class ModelNew(nn.Module):
         _fused[(triton.cdiv(n, 4096),)](x, y, n, BLOCK=4096)
         return y
 """
+)
 
-MATMUL_REF = HEADER + """
+MATMUL_REF = (
+    HEADER
+    + """
 class Model(nn.Module):
     def forward(self, a, b):
         return torch.matmul(a, b)
@@ -81,9 +92,14 @@ def get_inputs():
 def get_init_inputs():
     return []
 """
-MATMUL_NEW = MATMUL_REF.replace("class Model(", "class ModelNew(").replace("torch.matmul(a, b)", "torch.mm(a, b)")
+)
+MATMUL_NEW = MATMUL_REF.replace("class Model(", "class ModelNew(").replace(
+    "torch.matmul(a, b)", "torch.mm(a, b)"
+)
 
-SHORT_REF = HEADER + """
+SHORT_REF = (
+    HEADER
+    + """
 class Model(nn.Module):
     def forward(self, x):
         return torch.relu(x)
@@ -92,9 +108,12 @@ def get_inputs():
 def get_init_inputs():
     return []
 """
+)
 SHORT_NEW = CHAIN_NEW.replace("tl.maximum(x * 2.0 + 1.0, 0.0)", "tl.maximum(x, 0.0)")
 
-SIDE_STREAM = HEADER + """
+SIDE_STREAM = (
+    HEADER
+    + """
 _side = None
 class ModelNew(nn.Module):
     def forward(self, x):
@@ -106,12 +125,28 @@ class ModelNew(nn.Module):
             y.copy_(torch.relu(x * 2.0 + 1.0))
         return y
 """
+)
 
 KERNELS: list[dict[str, Any]] = [
-    {"name": "algebraic_rewrite (diag(a) @ b -> a[:, None] * b)", "ref": DIAG_REF, "new": DIAG_NEW, "expect": "~30x"},
-    {"name": "fused_chain (eager 3 kernels -> 1 Triton)", "ref": CHAIN_REF, "new": CHAIN_NEW, "expect": "~3x"},
+    {
+        "name": "algebraic_rewrite (diag(a) @ b -> a[:, None] * b)",
+        "ref": DIAG_REF,
+        "new": DIAG_NEW,
+        "expect": "~30x",
+    },
+    {
+        "name": "fused_chain (eager 3 kernels -> 1 Triton)",
+        "ref": CHAIN_REF,
+        "new": CHAIN_NEW,
+        "expect": "~3x",
+    },
     {"name": "compute_bound (4096^2 fp32 matmul)", "ref": MATMUL_REF, "new": MATMUL_NEW, "expect": "~1x"},
-    {"name": "short (8M-element relu, eager vs Triton)", "ref": SHORT_REF, "new": SHORT_NEW, "expect": "~1x, 10-50 us"},
+    {
+        "name": "short (8M-element relu, eager vs Triton)",
+        "ref": SHORT_REF,
+        "new": SHORT_NEW,
+        "expect": "~1x, 10-50 us",
+    },
 ]
 
 
@@ -164,8 +199,16 @@ def service_readings(pairs: list[tuple[str, str]], calls: int) -> list[dict[str,
     from benchmark_runner.service.app import make_app
     from benchmark_runner.service.server import start_server
 
-    opts = {"correctness_trials": 3, "perf_trials": calls, "warmup": 10, "timeout_s": 300, "use_result_cache": False}
-    service = KernelService(KernelServiceConfig(gpus=None, work_dir=Path(tempfile.mkdtemp(prefix="fidelity-"))))
+    opts = {
+        "correctness_trials": 3,
+        "perf_trials": calls,
+        "warmup": 10,
+        "timeout_s": 300,
+        "use_result_cache": False,
+    }
+    service = KernelService(
+        KernelServiceConfig(gpus=None, work_dir=Path(tempfile.mkdtemp(prefix="fidelity-")))
+    )
     rows = []
     with start_server(make_app(service), startup_timeout=300) as server:
 
@@ -193,7 +236,9 @@ def main() -> int:
         return 2
     t0 = time.perf_counter()
     indep = [independent(k["ref"], k["new"], args.calls) for k in KERNELS]
-    served = service_readings([(k["ref"], k["new"]) for k in KERNELS] + [(CHAIN_REF, SIDE_STREAM)], args.calls)
+    served = service_readings(
+        [(k["ref"], k["new"]) for k in KERNELS] + [(CHAIN_REF, SIDE_STREAM)], args.calls
+    )
     rows = []
     for k, ind, srv in zip(KERNELS, indep, served, strict=False):
         s_ref = (srv.get("ref_timing") or {}).get("median")
@@ -223,7 +268,9 @@ def main() -> int:
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1))
-    print(f"{'kernel':52} {'indep ref/new ms':>20} {'service ref/new ms':>20} {'x indep':>8} {'x svc':>8} within")
+    print(
+        f"{'kernel':52} {'indep ref/new ms':>20} {'service ref/new ms':>20} {'x indep':>8} {'x svc':>8} within"
+    )
     for r in rows:
         print(
             f"{r['kernel'][:52]:52} {r['independent_ref_ms']:9.4f}/{r['independent_new_ms']:<9.4f} "

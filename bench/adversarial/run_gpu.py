@@ -29,7 +29,8 @@ OPTIONS = {"correctness_trials": 3, "perf_trials": 20, "warmup": 2, "timeout_s":
 #: "not_correct": must not be judged correct; "no_gain": if correct, speedup must be <= 1.1;
 #: "not_correct_or_no_gain"; "fault": any non-correct outcome, the service survives.
 CASES: dict[str, tuple[str, str, dict[str, Any], str]] = {
-    "side_stream": ("ref_gpu_matmul", "torch", {}, "no_gain"),
+    "side_stream": ("ref_gpu_matmul", "torch", {}, "not_correct_or_no_gain"),
+    "skip_go_wait": ("ref_gpu_matmul", "torch", {}, "not_correct_or_no_gain"),
     "patch_cuda_event": ("ref_gpu_matmul", "torch", {}, "not_correct_or_no_gain"),
     "patch_cuda_synchronize": ("ref_gpu_matmul", "torch", {}, "not_correct_or_no_gain"),
     "tf32_matmul": ("ref_gpu_matmul", "torch", {}, "not_correct"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import ks_gpu_sources as G
@@ -60,7 +61,7 @@ def test_gpu_kernels_outcomes_and_recovery(gpu_server: RunningServer) -> None:
         assert res.outcome == "correct", f"{res.message}\n{res.compile_log}\n{res.traceback}"
         assert res.device and res.device.startswith("cuda") and res.hardware and "H100" in res.hardware
         assert res.speedup is not None and res.speedup > 1.2, res.speedup  # 1 fused kernel vs 3
-        assert res.timing_method and "cuda_events" in res.timing_method
+        assert res.timing_method and "CUDA events" in res.timing_method
     assert wrong.outcome == "incorrect", wrong.message
     assert oob.outcome == "execution_failure", oob.message
     assert hang.outcome == "timeout", hang.message
@@ -76,3 +77,42 @@ def test_reference_as_its_own_solution_on_gpu(gpu_server: RunningServer) -> None
     )[0]
     assert res.outcome == "correct"
     assert res.speedup is not None and 0.97 < res.speedup < 1.03, res.speedup
+
+
+REF_MATMUL = """
+import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(n, n))
+    def forward(self, x):
+        return x @ self.weight
+def get_inputs():
+    return [torch.randn(2048, 2048)]
+def get_init_inputs():
+    return [2048]
+"""
+CASES = Path(__file__).resolve().parents[2] / "bench" / "adversarial" / "cases"
+
+
+def test_timing_cheats_against_the_judge_gain_nothing(gpu_server: RunningServer) -> None:
+    """Work hidden on a side stream, and work started before the judge's go (the candidate runtime's
+    wait patched out): incorrect, or correct with no gain; an honest copy of the reference reads ~1x."""
+    subs = [(REF_MATMUL, (CASES / f"{c}.py").read_text()) for c in ("side_stream", "skip_go_wait")]
+    subs.append((REF_MATMUL, REF_MATMUL + "\nModelNew = Model\n"))
+
+    async def run() -> list[KernelEvalResponse]:
+        async with httpx.AsyncClient(base_url=gpu_server.url, timeout=900) as ac:
+            out = []
+            for ref, sol in subs:
+                r = await ac.post("/v1/evaluate", json={"reference": ref, "solution": sol, "options": OPTS})
+                assert r.status_code == 200, r.text
+                out.append(KernelEvalResponse.model_validate(r.json()))
+            return out
+
+    side, early, honest = asyncio.run(run())
+    for res in (side, early):
+        assert res.outcome != "correct" or (res.speedup or 0) <= 1.1, (res.outcome, res.speedup, res.message)
+    assert honest.outcome == "correct", f"{honest.message}\n{honest.traceback}\n{honest.output}"
+    assert honest.speedup is not None and 0.95 < honest.speedup < 1.05, honest.speedup

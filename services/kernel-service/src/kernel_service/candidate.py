@@ -163,6 +163,11 @@ class Side:
         """Run the callable once. ``gated``: wait on the judge's go event and mark done with our event,
         without a host sync (the judge times on the GPU); otherwise synchronise before answering."""
         self._keep = [k for k in self._keep if not isinstance(k, _Outputs)]
+        if msg.get("null"):  # the judge measuring its own path: wait on go, mark done, nothing else
+            assert self.go is not None and self.done is not None
+            torch.cuda.current_stream().wait_event(self.go)
+            self.done.record()
+            return {"ok": True, "out": {"k": "scalar", "v": None}}
         fn = self._op(msg["overload"]) if msg.get("overload") else self.fn
         called: list[str] = []
         try:

@@ -125,6 +125,15 @@ def main() -> None:
     show_default=True,
     help="with --executor ray: 'local' starts a Ray instance here; else a cluster address ('auto', 'ray://h:10001')",
 )
+@click.option(
+    "--mps",
+    type=click.Choice(["auto", "on", "off"]),
+    default="off",
+    show_default=True,
+    help="an NVIDIA MPS daemon of the service's own for its GPUs (auto: when GPUs and the tool exist). "
+    "Off: the judge measures and subtracts the cross-context switch. On: a smaller overhead, but work a "
+    "submission hides on a side stream can overlap the end of its timed call (docs/integrity.md)",
+)
 @common_options
 def serve(
     host: str,
@@ -138,6 +147,7 @@ def serve(
     result_cache_dir: Path | None,
     executor: str,
     ray_address: str,
+    mps: str,
     gpus: str,
     workers: int,
     work_dir: Path | None,
@@ -158,6 +168,7 @@ def serve(
     cfg.result_cache_dir = result_cache_dir
     cfg.executor = "ray" if executor == "ray" else "local"
     cfg.ray_address = ray_address
+    cfg.mps = "on" if mps == "on" else "off" if mps == "off" else "auto"
     service = KernelService(cfg)
     run_server(make_app(service, config), host, port)
 

@@ -43,7 +43,7 @@ from .harness import (
 from .sandbox import HardenPolicy
 from .schemas import Outcome, TimingStats, excerpt, reward_for
 from .sides import SideFault, SideProcess, Zygote
-from .timing import GATE_TRIES, CpuTimer, GpuTimer, Timer
+from .timing import GATE_TRIES, CpuTimer, GatedSide, GpuTimer, PrepError, Timer
 
 #: Timed outputs of more elements are checked at this many random positions (correctness trials compare
 #: whole outputs).
@@ -68,6 +68,9 @@ class Judge:
     ) -> None:
         self.env = env
         self.tmp = tmp
+        # One CPU thread for the judge's own tensor work: spinning OpenMP workers of the judge would
+        # compete with the side being timed on the same cores.
+        torch.set_num_threads(1)
         self.policy = policy
         self._zygote: Zygote | None = zygote
         #: Set when the zygote had to be replaced: a new one carries this process's restrictions into its
@@ -183,25 +186,29 @@ class Run:
 
         def read(reply: dict[str, Any]) -> Callable[[], Any]:
             out = self.decode(role, reply)
-            if role == "candidate":
-                return lambda: snapshot(out, TIMED_SAMPLE_ELEMENTS)
+            if role == "candidate":  # sampled on a GPU (cloning multi-GB outputs costs more than the
+                # kernels); on the CPU a copy is cheaper than drawing a million positions
+                return lambda: snapshot(out, TIMED_SAMPLE_ELEMENTS if self.device.type == "cuda" else None)
             return lambda: unwrap(out)
 
         tries = 0
         while True:
             values = (list(args), dict(kwargs or {}))
             arena = self.arena(role, "in", transport.layout_bytes(values))
-            packed = transport.pack(values, arena)
+            packed, write = transport.pack(values, arena)
             msg = {"op": "call", "args": packed[0], "kwargs": packed[1], **(extra or {})}
             msg["gated"] = timer is not None and self.device.type == "cuda"
             if timer is None:
+                write()
                 ms, reply = None, self.ask(role, msg)
                 if reply.get("ok"):
                     return Call(None, self.decode(role, reply), reply, packed, arena)
             else:
                 tries += 1
                 try:
-                    ms, reply = timer.time_call(partial(self.ask, role, msg), read, tries >= GATE_TRIES)
+                    ms, reply = timer.time_call(
+                        partial(self.ask, role, msg), read, write, tries >= GATE_TRIES
+                    )
                 except TimeoutError as exc:
                     self.recycle = f"a timed call of the {role} never finished on the GPU"
                     raise self._fault(role, SideFault("timeout", str(exc))) from exc
@@ -260,6 +267,13 @@ class Run:
         for arena in self.arenas.values():
             arena.close()
         self.arenas.clear()
+        if self.device.type == "cuda":  # the judge's cached blocks would starve the next job's sides
+            torch.cuda.empty_cache()
+        if self.sides:  # daemons a side left behind were reparented to the zygote: they go now
+            try:
+                self.judge.zygote.sweep()
+            except (OSError, ValueError):
+                pass
 
 
 @dataclass
@@ -473,9 +487,9 @@ def _evaluate(
     with phase("probe"):  # advisory: the candidate reports it about itself
         probe_inputs = get_inputs(fresh_seed())
         arena = run.arena("candidate", "in", transport.layout_bytes(probe_inputs))
-        reply = run.ask(
-            "candidate", {"op": "probe", "args": transport.pack(probe_inputs, arena), "kwargs": {}}
-        )
+        packed, write = transport.pack(probe_inputs, arena)
+        write()
+        reply = run.ask("candidate", {"op": "probe", "args": packed, "kwargs": {}})
         if not reply.get("ok"):
             raise run.side_error("candidate", reply)
         common["uses_custom_kernel"] = bool(reply.get("uses_custom_kernel"))
@@ -511,20 +525,21 @@ def _evaluate(
 def _time(
     run: Run, job: Job, get_inputs: Callable[[int], list[Any]], atol: float, rtol: float, started: float
 ) -> dict[str, Any]:
-    """The candidate timed first, then killed; then the reference timed on the seeds whose candidate
-    outputs are checked, so no code of the submission runs while the reference is measured."""
+    """The candidate timed first, then killed; then the path's own cost calibrated and the reference
+    timed on the seeds whose candidate outputs are checked: no code of the submission runs while the
+    reference or the calibration is measured."""
     opts, device = job.options, run.device
     base: GpuTimer | CpuTimer = run.judge.gpu_timer(device) if device.type == "cuda" else CpuTimer()
     cached = job.cached_ref_timing
     budget = opts.timeout_s * TIMING_BUDGET_SHARE
-    roles = ["candidate"] if cached is not None else ["candidate", "reference"]
-    timers: dict[str, Timer] = {role: base.bind(role, partial(run.ask, role)) for role in roles}
+    timers: dict[str, Timer] = {
+        role: base.bind(role, partial(run.ask, role)) for role in ("candidate", "reference")
+    }
     warm = get_inputs(fresh_seed())
     for _ in range(opts.warmup):
         run.call("candidate", warm, timers["candidate"])
-    del warm
 
-    new_times: list[float] = []
+    new_raw: list[float] = []
     checked: list[tuple[int, Any]] = []
     chosen = (
         None if cached is None
@@ -533,15 +548,14 @@ def _time(
     for i in range(opts.perf_trials):
         seed = fresh_seed()
         timed = run.call("candidate", get_inputs(seed), timers["candidate"])
-        ms, snap = timed.ms, timed.out
-        assert ms is not None
-        new_times.append(ms)
-        if why := foreign(snap):
+        assert timed.ms is not None
+        new_raw.append(timed.ms)
+        if why := foreign(timed.out):
             raise Incorrect(f"timed call {i + 1}: {why}")
-        last = (seed, snap)
+        last = (seed, timed.out)
         if chosen is None or i in chosen:
             checked.append(last)
-        if time.perf_counter() - started > budget and len(new_times) >= MIN_TIMED_TRIALS:
+        if time.perf_counter() - started > budget and len(new_raw) >= MIN_TIMED_TRIALS:
             break
     if chosen is not None and checked[-1:] != [last]:
         checked.append(last)
@@ -550,33 +564,52 @@ def _time(
         raise run.side_error("candidate", reply)
     run.kill("candidate")
 
-    ref_times: list[float] = []
+    null_ms = calibrate(run, base, timers["reference"], warm)
+    try:
+        base.check("null")
+    except PrepError as exc:
+        raise HarnessError(Outcome.EXECUTION_FAILURE, str(exc)) from exc
+    ref_raw: list[float] = []
     mismatch: str | None = None
     if cached is None:
-        warm = get_inputs(fresh_seed())
         for _ in range(opts.warmup):
             run.call("reference", warm, timers["reference"])
-        del warm
-        for i in range(len(new_times)):
+        for i in range(len(new_raw)):
             seed, snap = checked[i] if i < len(checked) else (fresh_seed(), None)
             timed = run.call("reference", get_inputs(seed), timers["reference"])
-            ms, out = timed.ms, timed.out
-            assert ms is not None
-            ref_times.append(ms)
+            assert timed.ms is not None
+            ref_raw.append(timed.ms)
             if snap is not None and mismatch is None:
-                mismatch = _mismatch(out, snap, atol, rtol)
-        checked = checked[len(new_times) :]
+                mismatch = _mismatch(timed.out, snap, atol, rtol)
+        checked = checked[len(new_raw) :]
     for seed, snap in checked:
         if mismatch is not None:
             break
         mismatch = _mismatch(unwrap(run.call("reference", get_inputs(seed)).out), snap, atol, rtol)
     return {
-        "ref": cached if cached is not None else TimingStats.of(ref_times),
-        "new": TimingStats.of(new_times),
+        "ref": cached if cached is not None else TimingStats.of(net(ref_raw, null_ms)),
+        "new": TimingStats.of(net(new_raw, null_ms)),
         "ref_cached": cached is not None,
         "method": base.method,
         "mismatch": mismatch,
     }
+
+
+def net(raw: list[float], null_ms: float) -> list[float]:
+    """Readings less the path's own cost (never below a nanosecond: a ratio must stay defined)."""
+    return [max(ms - null_ms, 1e-6) for ms in raw]
+
+
+def calibrate(run: Run, base: GpuTimer | CpuTimer, ref_timer: Timer, inputs: list[Any]) -> float:
+    """The path's own cost per call, from null calls of the reference side with ``inputs`` written."""
+    if isinstance(base, CpuTimer):
+        return 0.0
+    values: tuple[list[Any], dict[str, Any]] = (list(inputs), {})
+    arena = run.arena("reference", "in", transport.layout_bytes(values))
+    packed, write = transport.pack(values, arena)
+    msg = {"op": "call", "null": True, "gated": True, "args": packed[0], "kwargs": packed[1]}
+    assert isinstance(ref_timer, GatedSide)
+    return base.calibrate_null(ref_timer, partial(run.ask, "reference", msg), write)
 
 
 def _mismatch(ref: Any, snap: Any, atol: float, rtol: float) -> str | None:

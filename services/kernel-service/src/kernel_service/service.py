@@ -35,6 +35,7 @@ from .build_cache import BUILT_MARKER, BuildCache
 from .datasets import ProblemStore
 from .executor import JobRunner
 from .metrics import TaskOutcome, kernelbench_metrics
+from .mps import MpsDaemon
 from .pool import KILL_GRACE_S, Reply, WorkerConfig, WorkerPool
 from .result_cache import ResultCache, result_key
 from .schemas import (
@@ -103,6 +104,10 @@ class KernelServiceConfig:
     max_jobs_per_worker: int = 50
     fsize_bytes: int = 1 << 30
     nproc: int | None = None
+    #: NVIDIA MPS for the eval workers' GPUs (see ``mps.py``: off by default, because under MPS work a
+    #: submission hides on another stream can overlap the judge's end of a call, and one client's fatal
+    #: fault ends the judge's context too). "auto": when there are GPUs and the control tool exists.
+    mps: Literal["auto", "on", "off"] = "off"
 
 
 class RefTimingCache:
@@ -175,6 +180,7 @@ class KernelService(BenchmarkService):
         self.result_cache: ResultCache | None = None
         self.env_info: dict[str, Any] = {}
         self._ray: Any = None  # the RayCluster handle when executor == "ray"
+        self._mps: MpsDaemon | None = None
 
     @property
     def has_gpu(self) -> bool:
@@ -220,6 +226,12 @@ class KernelService(BenchmarkService):
         )
         if eval_cpus:
             eval_env["KS_CPUS"] = ",".join(map(str, eval_cpus))
+        if self.gpus and cfg.mps != "off" and self._ray is None:
+            self._mps = MpsDaemon(work)
+            if await anyio.to_thread.run_sync(self._mps.start):
+                eval_env.update(self._mps.env)
+            elif cfg.mps == "on":
+                raise RuntimeError("mps='on' but the MPS control daemon could not be started (see the log)")
 
         def pool_config(role: str, env: dict[str, str]) -> WorkerConfig:
             assert self.build_cache is not None
@@ -261,6 +273,9 @@ class KernelService(BenchmarkService):
         if self._ray is not None:
             await anyio.to_thread.run_sync(self._ray.shutdown)
             self._ray = None
+        if self._mps is not None:
+            await anyio.to_thread.run_sync(self._mps.stop)
+            self._mps = None
         if self._own_work_dir is not None:
             self._own_work_dir.cleanup()
 

@@ -1,24 +1,30 @@
 """How the judge times one call of a side, with clocks the side cannot reach.
 
-GPU (:class:`GpuTimer`): per call, on the judge's own stream, L2 is flushed (a 256 MB buffer zeroed),
-then a *gate* (``torch.cuda._sleep``: a GPU-side spin of a calibrated length) holds the stream while the
-side is told to go; behind the gate the judge records its start event and an inter-process event *go*.
-The side's stream waits on *go*, the side launches its work and records its inter-process event *done*,
-and answers. The judge's stream then waits on *done* and records its end event, and the judge enqueues
-its copies of the outputs right behind it. While the gate holds, no host latency (pipe, Python, kernel
-launches) is in the reading: the GPU runs gate, start, the side's kernels, end, back to back. A call whose
-answer came after the gate had already expired (``start`` completed) is measured again with a doubled gate
-(``misses`` counts them); a call that synchronises the host inside ``forward`` can never beat the gate and
-is measured with its host time, as an event timer around the call would. The side cannot move the judge's
-events; recording *done* early only lets work on other streams run past the end event, and the outputs
-the judge copies right there are then incomplete (an incorrect verdict).
+GPU (:class:`GpuTimer`), per call, on the judge's own stream: a *gate* (``torch.cuda._sleep``, a GPU-side
+spin of a calibrated length) holds the stream while the side is told to go; behind it the judge records
+``start``, writes this call's inputs into the side's arena, flushes L2 (a 256 MB buffer zeroed), records
+``mid`` and an inter-process event *go*. The side's stream waits on *go*, the side launches its work,
+records its inter-process event *done* and answers; the judge's stream waits on *done* and records
+``end``, and the judge's copies of the outputs are enqueued right behind it. The reading is ``mid -> end``
+less the path's own cost (the median of null calls through the same path on the trusted reference side,
+made once the candidate is gone: two inter-process event hops, about 16 us under MPS), so no host latency (pipe, Python, launches) is in
+it while the gate holds. A call answered after the gate expired is measured again with a doubled gate;
+a call that synchronises the host inside ``forward`` never beats it and is read with its host time, as an
+event timer around the call would read it.
 
-CPU (:class:`CpuTimer`): the judge's ``perf_counter`` around the request, which returns once the side has
-copied its outputs into the judge's shared memory; both sides pay the same round trip and copy.
+What a side cannot do: start early (its inputs do not exist before ``start``; work done on stale arena
+contents gives wrong outputs), hide work on another stream (``end`` only waits for *done*, and the
+outputs the judge copies right there are then incomplete: an incorrect verdict), or work while the judge
+writes its inputs and flushes L2 (``start -> mid`` is the judge's own work: a side's median that exceeds
+the reference side's for the same inputs by over ``PREP_SLACK`` is an execution failure).
+
+CPU (:class:`CpuTimer`): the judge's ``perf_counter`` from before it writes the inputs to the side's
+answer, which comes once the side has copied its outputs into the judge's shared memory.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -31,45 +37,68 @@ INITIAL_GATE_US = 2000.0
 MAX_GATE_US = 64000.0
 #: Measurements of one call that may miss the gate before a reading with host time is accepted.
 GATE_TRIES = 4
+NULL_CALLS = 20
+#: A candidate's input preparation (``start -> mid``) may exceed the reference side's by this factor
+#: plus ``PREP_SLACK_MS`` before it counts as work done while the judge prepared the call.
+PREP_SLACK = 1.25
+PREP_SLACK_MS = 0.010
 
 Ask = Callable[[], dict[str, Any]]
 #: Decodes a reply now and returns the thunk that copies the outputs (enqueued right after the end event).
 Read = Callable[[dict[str, Any]], Callable[[], Any]]
+Write = Callable[[], None]
 
 
 class Timer(Protocol):
-    """Times one call of one side (``bind`` gives the timer for a side)."""
+    """Times one call of one side (a timer factory's ``bind`` gives the timer for a side)."""
 
     method: str
 
-    def time_call(self, ask: Ask, read: Read, last_try: bool) -> tuple[float | None, dict[str, Any]]: ...
+    def time_call(
+        self, ask: Ask, read: Read, write: Write, last_try: bool
+    ) -> tuple[float | None, dict[str, Any]]: ...
+
+
+class PrepError(Exception):
+    """The candidate's calls slowed the judge's own preparation of them: it worked before its start."""
 
 
 class CpuTimer:
     method = (
-        "judge's time.perf_counter around each request (the side copies its outputs into the judge's shared "
-        "memory before answering); candidate timed, killed, then the reference; median"
+        "judge's time.perf_counter from writing the inputs to the side's answer (after it copied its "
+        "outputs into the judge's shared memory); candidate timed, killed, then the reference; median"
     )
-    misses = 0
 
     def bind(self, role: str, ask: Callable[[dict[str, Any]], dict[str, Any]]) -> CpuTimer:
         return self
 
-    def time_call(self, ask: Ask, read: Read, last_try: bool = True) -> tuple[float | None, dict[str, Any]]:
+    def time_call(
+        self, ask: Ask, read: Read, write: Write, last_try: bool = True
+    ) -> tuple[float | None, dict[str, Any]]:
         t0 = time.perf_counter()
+        write()
         reply = ask()
         ms = (time.perf_counter() - t0) * 1e3
         if reply.get("ok"):
             reply["read"] = read(reply)()
         return ms, reply
 
+    null_ms = 0.0
+
+    def calibrate_null(self, side: Any, ask_null: Ask, write: Write) -> float:
+        return 0.0
+
+    def check(self, baseline: str) -> None:
+        pass
+
 
 class GpuTimer:
     """Judge-side CUDA events behind a GPU-side gate (see the module docstring). One per judge."""
 
     method = (
-        "judge-side CUDA events around the side's work (ordered by inter-process events behind a GPU gate, "
-        "no host latency), L2 flushed per call; candidate timed, killed, then the reference; median"
+        "judge-side CUDA events around the side's work, ordered by inter-process events behind a GPU gate "
+        "(inputs written after the start, L2 flushed, no host latency, the path's null-call cost "
+        "subtracted); candidate timed, killed, then the reference; median"
     )
 
     def __init__(self, device: torch.device, deadline_s: float = 60.0) -> None:
@@ -79,6 +108,8 @@ class GpuTimer:
         self.gate_us = INITIAL_GATE_US
         self.misses = 0
         self.deadline_s = deadline_s
+        self.null_ms = 0.0
+        self.prep: dict[str, list[float]] = {}
 
     def _calibrate(self) -> float:
         torch.cuda.synchronize()
@@ -98,26 +129,58 @@ class GpuTimer:
         if not reply.get("ok") or not isinstance(handle, str) or len(handle) != 128:
             raise RuntimeError(f"the {role} process did not share its event")
         done = torch.cuda.Event.from_ipc_handle(self.device, bytes.fromhex(handle))
-        return GatedSide(self, go, done)
+        self.prep[role] = []
+        return GatedSide(self, role, go, done)
+
+    def calibrate_null(self, side: GatedSide, ask_null: Ask, write: Write) -> float:
+        """The path's own cost (ms), from null calls (wait on *go*, record *done*) of the trusted reference
+        side, with this job's inputs written as for a real call (their preparation time is the baseline).
+        Call it with the candidate gone: nothing else may run on the GPU meanwhile."""
+        self.prep["reference"] = []
+        readings = []
+        for i in range(NULL_CALLS + GATE_TRIES):
+            ms, reply = side.time_call(ask_null, lambda r: lambda: None, write, i >= NULL_CALLS)
+            if ms is not None:
+                readings.append(ms)
+            if len(readings) >= NULL_CALLS:
+                break
+        self.null_ms = statistics.median(readings) if readings else 0.0
+        self.prep["null"], self.prep["reference"] = self.prep["reference"], []
+        return self.null_ms
+
+    def check(self, baseline: str) -> None:
+        """Raise :class:`PrepError` when the candidate's calls slowed the judge's preparation of them
+        (``baseline``: "null" calls with the same inputs, or the "reference" side's calls)."""
+        cand, base = self.prep.get("candidate"), self.prep.get(baseline)
+        if cand and base:
+            c, b = statistics.median(cand), statistics.median(base)
+            if c > b * PREP_SLACK + PREP_SLACK_MS:
+                raise PrepError(
+                    f"the judge's own preparation of the candidate's timed calls (writing inputs, flushing L2) "
+                    f"took {c * 1e3:.1f} us against {b * 1e3:.1f} us for the same inputs with nothing else "
+                    "running: the submission ran GPU work outside its timed calls"
+                )
 
 
 class GatedSide:
     """The gated timer bound to one side's inter-process events."""
 
-    def __init__(self, timer: GpuTimer, go: torch.cuda.Event, done: torch.cuda.Event) -> None:
-        self.timer, self.go, self.done = timer, go, done
+    def __init__(self, timer: GpuTimer, role: str, go: torch.cuda.Event, done: torch.cuda.Event) -> None:
+        self.timer, self.role, self.go, self.done = timer, role, go, done
         self.method = timer.method
 
-    def bind(self, role: str, ask: Callable[[dict[str, Any]], dict[str, Any]]) -> GatedSide:
-        return self
-
-    def time_call(self, ask: Ask, read: Read, last_try: bool = True) -> tuple[float | None, dict[str, Any]]:
+    def time_call(
+        self, ask: Ask, read: Read, write: Write, last_try: bool = True
+    ) -> tuple[float | None, dict[str, Any]]:
         t = self.timer
         stream = torch.cuda.current_stream(t.device)
-        t.flush.zero_()
+        ev = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+        start, mid, end = ev
         torch.cuda._sleep(int(t.gate_us * t.cycles_per_us))
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record(stream)
+        write()
+        t.flush.zero_()
+        mid.record(stream)
         self.go.record(stream)
         reply = ask()
         held = not start.query()
@@ -133,9 +196,10 @@ class GatedSide:
             if time.monotonic() > limit:
                 raise TimeoutError("a timed call did not finish on the GPU")
             time.sleep(0.0001)
-        ms = float(start.elapsed_time(end))
-        if held:
-            return ms, reply
-        t.misses += 1
-        t.gate_us = min(t.gate_us * 2, MAX_GATE_US)
-        return (ms if last_try else None), reply
+        if not held:
+            t.misses += 1
+            t.gate_us = min(t.gate_us * 2, MAX_GATE_US)
+            if not last_try:
+                return None, reply
+        t.prep[self.role].append(float(start.elapsed_time(mid)))
+        return float(mid.elapsed_time(end)), reply

@@ -18,6 +18,7 @@ import fcntl
 import math
 import mmap
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -142,10 +143,12 @@ def _tensors(value: Any) -> list[torch.Tensor]:
     return []
 
 
-def pack(value: Any, arena: Arena) -> Any:
-    """Write every tensor of ``value`` into ``arena`` (from byte 0, strides kept) and replace it by a
-    :class:`Ref`; other values stay as they are."""
+def pack(value: Any, arena: Arena) -> tuple[Any, Callable[[], None]]:
+    """``value`` with every tensor replaced by a :class:`Ref` into ``arena`` (from byte 0, strides
+    kept), and the function that writes them there: a timed call writes its inputs only after its
+    timing has started, so a side cannot compute on them before that."""
     cursor = [0]
+    copies: list[tuple[torch.Tensor, torch.Tensor]] = []
 
     def go(v: Any) -> Any:
         if isinstance(v, torch.Tensor):
@@ -156,7 +159,7 @@ def pack(value: Any, arena: Arena) -> Any:
             view = arena.view(cursor[0], v.dtype, shape, stride)
             if n:
                 src = v.detach().as_strided((n,), (1,), v.storage_offset())
-                view.as_strided((n,), (1,), 0).copy_(src)
+                copies.append((view.as_strided((n,), (1,), 0), src))
             ref = Ref(cursor[0], str(v.dtype).removeprefix("torch."), shape, stride)
             cursor[0] += _aligned(n * v.element_size())
             return ref
@@ -168,7 +171,11 @@ def pack(value: Any, arena: Arena) -> Any:
             return {k: go(x) for k, x in v.items()}
         return v
 
-    return go(value)
+    def write() -> None:
+        for dst, src in copies:
+            dst.copy_(src, non_blocking=True)
+
+    return go(value), write
 
 
 def unpack(packed: Any, region: torch.Tensor) -> Any:

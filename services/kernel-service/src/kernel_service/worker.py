@@ -314,7 +314,22 @@ def _leftovers(guard: Any, threads: frozenset[int], capture: Capture, keep: set[
         named = ", ".join(sorted(names.get(i, "?") for i in extra)[:5])
         found.append(f"{len(extra)} thread(s) left running ({named})")
     found += guard.violations(check_values=False)
+    if not _cuda_healthy():
+        found.append("the judge's CUDA context failed (under MPS a fatal fault of any client ends them all)")
     return found
+
+
+def _cuda_healthy() -> bool:
+    """Whether this process can still run CUDA work (always true without CUDA)."""
+    import torch
+
+    if not torch.cuda.is_initialized():
+        return True
+    try:
+        torch.cuda.synchronize()
+        return bool(torch.ones(1, device="cuda").add_(1).item() == 2)
+    except Exception:  # noqa: BLE001 - any CUDA error means the context is gone
+        return False
 
 
 if __name__ == "__main__":

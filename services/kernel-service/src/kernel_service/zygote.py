@@ -50,6 +50,10 @@ def main(argv: list[str] | None = None) -> int:
                 statuses.pop(next(iter(statuses)))
 
     signal.signal(signal.SIGCHLD, reap)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
+    from .sandbox import become_subreaper
+
+    become_subreaper()  # what a side daemonises is reparented here, where "sweep" finds it
 
     import torch  # noqa: F401 - the point of the zygote: imported once, before any fork
 
@@ -71,6 +75,13 @@ def main(argv: list[str] | None = None) -> int:
         request: dict[str, Any] = json.loads(data)
         if request.get("op") == "status":
             sock.send(json.dumps({"status": _describe(statuses, int(request["pid"]))}).encode())
+            continue
+        if request.get("op") == "kill":  # the judge may not signal the sides itself (Landlock scopes it)
+            killed = _kill_side(int(request["pid"]), statuses)
+            sock.send(json.dumps({"killed": killed}).encode())
+            continue
+        if request.get("op") == "sweep":  # every child left (a side's daemon reparented to us), at job end
+            sock.send(json.dumps({"killed": _sweep(statuses)}).encode())
             continue
         judge_end, side_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         out_r, out_w = os.pipe()
@@ -102,6 +113,39 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             judge_end.close()
             os.close(out_r)
+
+
+def _kill_side(pid: int, statuses: dict[int, int]) -> bool:
+    """SIGKILL a side's process group and wait until the side is reaped (its CUDA context gone)."""
+    for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+        try:
+            kill()
+        except (ProcessLookupError, PermissionError):
+            pass
+    end = time.monotonic() + 10
+    while pid not in statuses and time.monotonic() < end:
+        try:
+            got, status = os.waitpid(pid, 0)
+            statuses[got] = status
+        except ChildProcessError:
+            break  # reaped by the handler meanwhile
+        except InterruptedError:
+            continue
+    return True
+
+
+def _sweep(statuses: dict[int, int]) -> int:
+    from .sandbox import child_pids
+
+    n = 0
+    for _ in range(5):
+        kids = child_pids()
+        if not kids:
+            break
+        for pid in kids:
+            _kill_side(pid, statuses)
+            n += 1
+    return n
 
 
 def _fork_is_clean() -> bool:

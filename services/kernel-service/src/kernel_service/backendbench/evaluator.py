@@ -28,9 +28,9 @@ from typing import Any
 import torch
 
 from ..harness import HarnessError, usable_build_dir
-from ..judge import Judge, Run, foreign, snapshot, unwrap
+from ..judge import Judge, Run, calibrate, foreign, net, snapshot, unwrap
 from ..schemas import Outcome
-from ..timing import CpuTimer, GpuTimer
+from ..timing import CpuTimer, GpuTimer, PrepError
 from ..transport import extent
 from .compare import compare, tolerance
 from .detect import forbidden_packets, packet_name, tampering
@@ -457,20 +457,22 @@ def _time_cases(
     base: GpuTimer | CpuTimer = run.judge.gpu_timer(run.device) if run.device.type == "cuda" else CpuTimer()
     timers = {role: base.bind(role, partial(run.ask, role)) for role in ("candidate", "reference")}
     last: list[Any] = []
-    for case, result in zip(cases, results, strict=True):
+    kernel_raw: list[list[float]] = []
+    for case in cases:
         times = []
         for i in range(opts.warmup + opts.perf_trials):
             timed = run.call("candidate", list(case.args), timers["candidate"], kwargs=case.kwargs)
             if i >= opts.warmup:
                 assert timed.ms is not None
                 times.append(timed.ms)
-        result.kernel_ms = statistics.median(times)
+        kernel_raw.append(times)
         last.append(timed.out)
     reply = run.ask("candidate", {"op": "sync"})
     if not reply.get("ok"):
         raise run.side_error("candidate", reply)
     run.kill("candidate")
-    for case, result, snap in zip(cases, results, last, strict=True):
+    null_ms = calibrate(run, base, timers["reference"], list(cases[0].args))
+    for case, result, snap, raw in zip(cases, results, last, kernel_raw, strict=True):
         times = []
         for i in range(opts.warmup + opts.perf_trials):
             timed = run.call(
@@ -480,10 +482,15 @@ def _time_cases(
             if i >= opts.warmup:
                 assert timed.ms is not None
                 times.append(timed.ms)
-        ref_ms = result.ref_ms = statistics.median(times)
+        kernel_ms = result.kernel_ms = statistics.median(net(raw, null_ms))
+        ref_ms = result.ref_ms = statistics.median(net(times, null_ms))
         mismatch, _ = compare(timed.out, snap, atol=opts.atol, rtol=opts.rtol)
         if mismatch is not None:
             result.correct = False
             result.error = _trim("a timed call's output differs from the op's: " + mismatch.message)
             continue
-        result.speedup = ref_ms / max(result.kernel_ms or 0.0, 1e-9)
+        result.speedup = ref_ms / max(kernel_ms, 1e-9)
+    try:
+        base.check("reference")
+    except PrepError as exc:
+        raise HarnessError(Outcome.EXECUTION_FAILURE, str(exc)) from exc

@@ -1,0 +1,60 @@
+"""An optional NVIDIA MPS control daemon of the service's own (``kernel-service serve --mps on``).
+
+Without MPS, the judge's stream waiting on a side's event crosses GPU contexts, and the time-sliced
+switch adds about 0.28 ms to every timed call, which the judge measures with null calls and subtracts;
+the switch also means the judge's end of a call cannot pass work the candidate's context still runs on
+another stream (measured: a side-stream kernel gains nothing). Under MPS the path costs about 16 us, but
+clients run concurrently: a submission that marks its call done and finishes on a side stream can
+overlap the judge's end event (measured on the H100: sometimes caught as incomplete output, sometimes
+not), so MPS is off by default. The
+daemon gets its own pipe and log dirs under the service's work dir, so it touches no other MPS user of
+the host; the eval workers find it through ``CUDA_MPS_PIPE_DIRECTORY``. Under MPS a fatal GPU fault of one
+client ends every client of that GPU: the judge then finds its context gone and its worker is replaced.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+CONTROL = "nvidia-cuda-mps-control"
+
+
+class MpsDaemon:
+    def __init__(self, root: Path) -> None:
+        self.pipe_dir = root / "mps-pipe"
+        self.log_dir = root / "mps-log"
+        self.running = False
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"CUDA_MPS_PIPE_DIRECTORY": str(self.pipe_dir), "CUDA_MPS_LOG_DIRECTORY": str(self.log_dir)}
+
+    def start(self) -> bool:
+        """Start the daemon; False (and a log line saying why) when this host cannot run one."""
+        exe = shutil.which(CONTROL)
+        if exe is None:
+            logger.warning("MPS: %s not found; GPU timings carry the cross-context switch", CONTROL)
+            return False
+        self.pipe_dir.mkdir(parents=True, exist_ok=True)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        done = subprocess.run([exe, "-d"], env={**os.environ, **self.env}, capture_output=True, text=True)
+        if done.returncode != 0:
+            logger.warning("MPS: the control daemon did not start: %s", (done.stderr or done.stdout).strip())
+            return False
+        self.running = True
+        return True
+
+    def stop(self) -> None:
+        if not self.running:
+            return
+        exe = shutil.which(CONTROL)
+        if exe is not None:
+            subprocess.run(
+                [exe], input="quit\n", env={**os.environ, **self.env}, capture_output=True, text=True
+            )
+        self.running = False
