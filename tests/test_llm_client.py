@@ -45,6 +45,11 @@ async def test_content_request_shape_and_auth(fake_llm: FakeFactory, monkeypatch
             await client.chat(USER)
     assert info.value.status_code == 401
 
+    # An explicit key (a per-session secret) wins over the environment variable's wrong one.
+    cfg = LLMConfig(model="fake-model", base_url=fake.url, api_key_env="FAKE_KEY")
+    async with ChatClient(cfg, max_retries=0, api_key="sk-test") as client:
+        assert (await client.chat(USER)).content == "hi there"
+
 
 async def test_tool_calls_parsed_and_broken_arguments_kept(fake_llm: FakeFactory) -> None:
     tools = [{"type": "function", "function": {"name": "evaluate", "parameters": {"type": "object"}}}]

@@ -7,19 +7,33 @@ is that a service which blocks its loop (sync CPU work in ``evaluate``) also sta
 services doing real work hand it to worker processes anyway, and a remote ``--service-url`` is
 unaffected. The listening socket gets ``TCP_NODELAY`` (inherited by accepted connections):
 without it, request/response pairs on one loop meet Nagle + delayed ACK and take 40 ms each.
+
+``shared_service_url`` is the other shape, for hosts that own neither the loop nor the process's
+lifetime (an RL trainer's environment worker runs many rollouts of a runner's code at once): one
+service per runner per process, in a background thread, stopped at interpreter exit.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import socket
+import threading
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import uvicorn
 
 STARTUP_TIMEOUT_S = 60.0
+
+if TYPE_CHECKING:
+    from .base import BenchmarkRunner
+    from .service.server import RunningServer
+
+_shared: dict[str, RunningServer] = {}
+_shared_lock = threading.Lock()
+_atexit_registered: list[bool] = []  # a list, so registering needs no ``global``
 
 
 class _LoopServer(uvicorn.Server):
@@ -68,3 +82,37 @@ async def serve_in_loop(app: Any, host: str = "127.0.0.1") -> AsyncIterator[str]
         sock.close()
     if body_error is not None:
         raise body_error
+
+
+def shared_service_url(runner_cls: type[BenchmarkRunner]) -> str:
+    """The URL of ``runner_cls``'s embedded service, started on first use and shared by the process.
+
+    Started once per runner name (concurrent first callers wait for the one start), served from a
+    background thread by ``service.server.start_server``, stopped by ``stop_shared_services`` or at
+    exit, so its worker processes never outlive the host. Raises ``RuntimeError`` for a runner that
+    ships no service.
+    """
+    from .service import make_app, start_server
+
+    with _shared_lock:
+        running = _shared.get(runner_cls.NAME)
+        if running is not None and running.running:
+            return running.url
+        service = runner_cls.embedded_service()
+        if service is None:
+            raise RuntimeError(f"{runner_cls.NAME} ships no embedded service: give it a service URL")
+        if not _atexit_registered:
+            atexit.register(stop_shared_services)
+            _atexit_registered.append(True)
+        running = start_server(make_app(service))
+        _shared[runner_cls.NAME] = running
+        return running.url
+
+
+def stop_shared_services() -> None:
+    """Stop every service ``shared_service_url`` started (their lifespans stop their workers)."""
+    with _shared_lock:
+        servers = list(_shared.values())
+        _shared.clear()
+    for server in servers:
+        server.stop()

@@ -179,7 +179,11 @@ class ChatClient:
         backoff: float = 1.0,
         max_backoff: float = 60.0,
         max_retry_after: float = 60.0,
+        api_key: str | None = None,
     ) -> None:
+        """``api_key``, when given, is sent instead of ``config.api_key_env``'s value: a caller that holds
+        a per-session secret (an RL environment's model proxy) must not put it in the process environment.
+        """
         if not config.base_url:
             raise LLMError(
                 f"no model API URL for model {config.model!r}: pass --base-url "
@@ -196,7 +200,7 @@ class ChatClient:
         self._renamed: dict[str, str] = {}
         self._dropped: set[str] = set()
         headers = {"Content-Type": "application/json"}
-        key = config.api_key
+        key = api_key if api_key is not None else config.api_key
         if key:
             headers["Authorization"] = f"Bearer {key}"
         self.url = config.base_url.rstrip("/") + "/chat/completions"

@@ -63,61 +63,72 @@ async def run_agent(
     model: str,
     config: LLMConfig,
     options: RunOptions,
-    log_dir: Path,
+    log_dir: Path | None,
     evaluate_fn: EvaluateFn | None,
+    chat: ChatClient | None = None,
+    messages: list[dict[str, Any]] | None = None,
 ) -> GenerationResult:
-    """Ask ``model`` for a kernel, up to ``config.max_turns`` times while the verdict is not correct."""
+    """Ask ``model`` for a kernel, up to ``config.max_turns`` times while the verdict is not correct.
+
+    ``chat`` (default: a client for ``config``) and ``messages`` (default: ``initial_messages``) let the
+    RL environment run this same loop through its trainer's model proxy; with ``log_dir=None`` no kernel
+    file is written.
+    """
+    if chat is None:
+        async with ChatClient(config) as client:
+            return await run_agent(
+                op, suite, task_id, model, config, options, log_dir, evaluate_fn, client, messages
+            )
     function = function_name(op)
     max_turns = config.max_turns if options.feedback == "until_correct" and evaluate_fn else 1
-    messages = initial_messages(op, suite, options.backend)
+    messages = list(messages) if messages else initial_messages(op, suite, options.backend)
     turns: list[Turn] = []
     usage = TokenUsage()
     source: str | None = None
     history: list[dict[str, Any]] = []
     started = time.perf_counter()
     error: str | None = None
-    async with ChatClient(config) as client:
-        for n in range(max_turns):
-            answer = await client.chat(messages)
-            usage = usage + answer.usage
-            turns.append(
-                Turn(
-                    index=n,
-                    messages=list(messages),
-                    response=answer.content,
-                    usage=answer.usage,
-                    latency_s=answer.latency_s,
-                )
+    for n in range(max_turns):
+        answer = await chat.chat(messages)
+        usage = usage + answer.usage
+        turns.append(
+            Turn(
+                index=n,
+                messages=list(messages),
+                response=answer.content,
+                usage=answer.usage,
+                latency_s=answer.latency_s,
             )
-            messages.append(answer.assistant_message())
-            code = extract_code(answer.content, function)
-            if code is None:
-                error = f"turn {n}: the answer has no Python code defining {function}"
-                messages.append(
-                    {
-                        "role": "user",
-                        "content": f"Your answer contained no Python code block defining `{function}`. "
-                        "Answer with one ```python block.",
-                    }
-                )
-                continue
-            source, error = code, None
-            path = save_kernel(log_dir, options, op, n, code)
-            if max_turns == 1 or evaluate_fn is None:
-                break
-            verdict = await evaluate_fn(code)
-            history.append(
+        )
+        messages.append(answer.assistant_message())
+        code = extract_code(answer.content, function)
+        if code is None:
+            error = f"turn {n}: the answer has no Python code defining {function}"
+            messages.append(
                 {
-                    "turn": n,
-                    "kernel": str(path),
-                    "outcome": verdict.get("outcome"),
-                    "correctness": verdict.get("correctness"),
-                    "performance": verdict.get("performance"),
+                    "role": "user",
+                    "content": f"Your answer contained no Python code block defining `{function}`. "
+                    "Answer with one ```python block.",
                 }
             )
-            if verdict.get("correctness") == 1.0:
-                break
-            messages.append({"role": "user", "content": feedback_message(verdict, function)})
+            continue
+        source, error = code, None
+        path = save_kernel(log_dir, options, op, n, code) if log_dir is not None else None
+        if max_turns == 1 or evaluate_fn is None:
+            break
+        verdict = await evaluate_fn(code)
+        history.append(
+            {
+                "turn": n,
+                "kernel": str(path) if path is not None else None,
+                "outcome": verdict.get("outcome"),
+                "correctness": verdict.get("correctness"),
+                "performance": verdict.get("performance"),
+            }
+        )
+        if verdict.get("correctness") == 1.0:
+            break
+        messages.append({"role": "user", "content": feedback_message(verdict, function)})
     return GenerationResult(
         task_id=task_id,
         model=model,

@@ -149,6 +149,9 @@ class KernelAgent:
         self.log_dir = log_dir
         self.turns: list[Turn] = []
         self.candidates: list[Candidate] = []
+        #: What ``feedback_<n>.json`` holds for each kernel (turn, via, result, the feedback shown), in
+        #: production order: kept in memory too, for front ends that write no files (the RL environment).
+        self.records: list[dict[str, Any]] = []
         self.stop_reasons: list[str] = []
         self._next_turn = 0
 
@@ -177,6 +180,7 @@ class KernelAgent:
         record = {"turn": turn, "sample": sample, "via": via, "backend": backend, "evaluated": evaluate}
         record["result"] = result
         record["feedback"] = prompts.feedback_for(result) if result is not None else None
+        self.records.append(record)
         self._write(f"feedback_{suffix}.json", json.dumps(record, indent=1, default=str))
         candidate = Candidate(turn, sample, source, backend, result, file, via)
         self.candidates.append(candidate)
@@ -285,16 +289,25 @@ class KernelAgent:
 
     # ---- strategies ------------------------------------------------------------------------------
 
-    async def run(self, task: KernelBenchTask) -> AgentResult:
+    async def run(
+        self, task: KernelBenchTask, messages: list[dict[str, Any]] | None = None, raise_errors: bool = False
+    ) -> AgentResult:
+        """Run the strategy on ``task``, opening with ``messages`` (default: ``prompts.initial_messages``).
+
+        A model API or service failure ends the task, keeping what was done (the runner scores it), or
+        propagates with ``raise_errors`` (an RL rollout must fail, not score an outage as a bad kernel).
+        """
         opts = self.options
         start = time.monotonic()
         error = None
         try:
             if opts.strategy == "tree" and opts.feedback != "none":
-                await self._tree(task)
+                await self._tree(task, messages)
             else:
-                await self._best_of_n(task)
-        except Exception as exc:  # a model API or service failure ends the task, keeping what was done
+                await self._best_of_n(task, messages)
+        except Exception as exc:
+            if raise_errors:
+                raise
             error = f"{type(exc).__name__}: {exc}"
         self.turns.sort(key=lambda t: t.index)
         best = pick_final(self.candidates)
@@ -324,8 +337,8 @@ class KernelAgent:
             source_mode=opts.prompt_source,
         )
 
-    async def _best_of_n(self, task: KernelBenchTask) -> None:
-        messages = self._messages(task)
+    async def _best_of_n(self, task: KernelBenchTask, opening: list[dict[str, Any]] | None = None) -> None:
+        messages = opening or self._messages(task)
         if self.options.samples == 1:
             await self.trajectory(messages, self.options.max_turns, 0)
             return
@@ -333,9 +346,9 @@ class KernelAgent:
             for sample in range(self.options.samples):
                 tg.start_soon(self.trajectory, messages, self.options.max_turns, sample)
 
-    async def _tree(self, task: KernelBenchTask) -> None:
+    async def _tree(self, task: KernelBenchTask, opening: list[dict[str, Any]] | None = None) -> None:
         opts = self.options
-        base = self._messages(task)
+        base = opening or self._messages(task)
         n = opts.samples
         beam_width = max(1, math.ceil(n / 2))
         pool: list[Candidate] = []

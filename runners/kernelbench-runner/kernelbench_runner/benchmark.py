@@ -33,7 +33,7 @@ from benchmark_runner.schemas import (
 from kernel_service.metrics import fast_p_curve, outcome_counts, reward_of, summarize
 from pydantic import Field, ValidationError
 
-from .agent import AgentOptions, FeedbackMode, KernelAgent, Strategy
+from .agent import AgentOptions, ChatModel, FeedbackMode, KernelAgent, Strategy
 from .baselines import reference_model, torch_compile_model
 from .problems import KernelBenchTask, load_problems, select, task_id_for
 from .records import outcomes_from_evaluations
@@ -258,7 +258,9 @@ class KernelBenchRunner(BenchmarkRunner):
 
     # ---- generation ----------------------------------------------------------------------------------
 
-    def _evaluate_fn(self, task: KernelBenchTask, options: KernelBenchOptions) -> Any:
+    def evaluate_fn(self, task: KernelBenchTask, options: KernelBenchOptions) -> Any:
+        """The agent's ``evaluate_fn``: one kernel of ``task`` through the kernel service's /v1/evaluate."""
+
         async def evaluate(solution: str, backend: str) -> dict[str, Any]:
             body = self._request(task, solution, backend, options.eval_options())
             answer = await self.kernel_service().post("/v1/evaluate", body)
@@ -282,6 +284,24 @@ class KernelBenchRunner(BenchmarkRunner):
     async def generate(
         self, task: Task, model: str, llm_config: LLMConfig, log_dir: Path
     ) -> GenerationResult:
+        async with ChatClient(llm_config) as client:
+            generation, _ = await self.generate_with(client, task, model, llm_config, log_dir)
+        return generation
+
+    async def generate_with(
+        self,
+        chat: ChatModel,
+        task: Task,
+        model: str,
+        llm_config: LLMConfig,
+        log_dir: Path | None,
+        messages: list[dict[str, Any]] | None = None,
+        raise_errors: bool = False,
+    ) -> tuple[GenerationResult, KernelAgent]:
+        """``generate`` with the model client given: the one agent run both front ends share (the
+        ``run`` command, and the RL environment, whose client is its trainer's model proxy). Returns the
+        agent too: its ``records`` are the per-kernel feedback files ``log_dir`` gets (none if ``None``).
+        ``messages`` and ``raise_errors`` are ``KernelAgent.run``'s."""
         if not isinstance(task, KernelBenchTask):
             raise TypeError(f"expected a KernelBenchTask, got {type(task).__name__}")
         given = {k: v for k, v in llm_config.extra.items() if v is not None}  # None: flag not given
@@ -294,14 +314,13 @@ class KernelBenchRunner(BenchmarkRunner):
             samples=options.samples,
             prompt_source=options.prompt_source,
         )
-        async with ChatClient(llm_config) as client:
-            agent = KernelAgent(client, self._evaluate_fn(task, options), agent_options, log_dir)
-            result = await agent.run(task)
-        if result.payload is not None:
+        agent = KernelAgent(chat, self.evaluate_fn(task, options), agent_options, log_dir)
+        result = await agent.run(task, messages, raise_errors=raise_errors)
+        if result.payload is not None and log_dir is not None:
             final = log_dir / "kernels" / "final.py"
             final.parent.mkdir(parents=True, exist_ok=True)
             final.write_text(result.payload, encoding="utf-8")
-        return GenerationResult(
+        generation = GenerationResult(
             task_id=task.id,
             model=model,
             payload=result.payload,
@@ -324,6 +343,7 @@ class KernelBenchRunner(BenchmarkRunner):
                 "stop_reasons": result.stop_reasons,
             },
         )
+        return generation, agent
 
     # ---- evaluation and score --------------------------------------------------------------------
 
