@@ -152,6 +152,8 @@ class KernelAgent:
         #: What ``feedback_<n>.json`` holds for each kernel (turn, via, result, the feedback shown), in
         #: production order: kept in memory too, for front ends that write no files (the RL environment).
         self.records: list[dict[str, Any]] = []
+        #: The model API or service failure that ended ``run`` early (``AgentResult.error`` names it).
+        self.failure: Exception | None = None
         self.stop_reasons: list[str] = []
         self._next_turn = 0
 
@@ -289,13 +291,11 @@ class KernelAgent:
 
     # ---- strategies ------------------------------------------------------------------------------
 
-    async def run(
-        self, task: KernelBenchTask, messages: list[dict[str, Any]] | None = None, raise_errors: bool = False
-    ) -> AgentResult:
+    async def run(self, task: KernelBenchTask, messages: list[dict[str, Any]] | None = None) -> AgentResult:
         """Run the strategy on ``task``, opening with ``messages`` (default: ``prompts.initial_messages``).
 
-        A model API or service failure ends the task, keeping what was done (the runner scores it), or
-        propagates with ``raise_errors`` (an RL rollout must fail, not score an outage as a bad kernel).
+        A model API or service failure ends the task, keeping what was done: the runner scores it, while
+        an RL rollout reads ``failure`` (an outage must fail the rollout, not score as a bad kernel).
         """
         opts = self.options
         start = time.monotonic()
@@ -306,8 +306,7 @@ class KernelAgent:
             else:
                 await self._best_of_n(task, messages)
         except Exception as exc:
-            if raise_errors:
-                raise
+            self.failure = exc
             error = f"{type(exc).__name__}: {exc}"
         self.turns.sort(key=lambda t: t.index)
         best = pick_final(self.candidates)

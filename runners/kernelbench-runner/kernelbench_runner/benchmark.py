@@ -296,12 +296,11 @@ class KernelBenchRunner(BenchmarkRunner):
         llm_config: LLMConfig,
         log_dir: Path | None,
         messages: list[dict[str, Any]] | None = None,
-        raise_errors: bool = False,
     ) -> tuple[GenerationResult, KernelAgent]:
         """``generate`` with the model client given: the one agent run both front ends share (the
         ``run`` command, and the RL environment, whose client is its trainer's model proxy). Returns the
-        agent too: its ``records`` are the per-kernel feedback files ``log_dir`` gets (none if ``None``).
-        ``messages`` and ``raise_errors`` are ``KernelAgent.run``'s."""
+        agent too: its ``records`` are the per-kernel feedback files ``log_dir`` gets (none if ``None``),
+        its ``failure`` what ended the run early. ``messages`` opens the conversation (``KernelAgent.run``)."""
         if not isinstance(task, KernelBenchTask):
             raise TypeError(f"expected a KernelBenchTask, got {type(task).__name__}")
         given = {k: v for k, v in llm_config.extra.items() if v is not None}  # None: flag not given
@@ -315,7 +314,7 @@ class KernelBenchRunner(BenchmarkRunner):
             prompt_source=options.prompt_source,
         )
         agent = KernelAgent(chat, self.evaluate_fn(task, options), agent_options, log_dir)
-        result = await agent.run(task, messages, raise_errors=raise_errors)
+        result = await agent.run(task, messages)
         if result.payload is not None and log_dir is not None:
             final = log_dir / "kernels" / "final.py"
             final.parent.mkdir(parents=True, exist_ok=True)
