@@ -10,13 +10,16 @@ without it, request/response pairs on one loop meet Nagle + delayed ACK and take
 
 ``shared_service_url`` is the other shape, for hosts that own neither the loop nor the process's
 lifetime (an RL trainer's environment worker runs many rollouts of a runner's code at once): one
-service per runner per process, in a background thread, stopped at interpreter exit.
+service per runner per process, in a background thread, stopped at interpreter exit;
+``open_runner_service`` gives such a host a client for one unit of work (the given URL, else that
+shared service), naming its run in every request.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import os
 import socket
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -24,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import uvicorn
+
+from .client import SERVICE_API_KEY_ENV, ServiceClient
 
 STARTUP_TIMEOUT_S = 60.0
 
@@ -116,3 +121,15 @@ def stop_shared_services() -> None:
         _shared.clear()
     for server in servers:
         server.stop()
+
+
+@contextlib.asynccontextmanager
+async def open_runner_service(
+    runner_cls: type[BenchmarkRunner], url: str | None, run_id: str | None
+) -> AsyncIterator[ServiceClient]:
+    """A client for ``url``, else for ``runner_cls``'s shared embedded service (started in a worker
+    thread: the start blocks). Every request names ``run_id`` (``X-Run-Id``), so a shared service
+    takes turns between runs; the API key comes from ``BENCHMARK_SERVICE_API_KEY`` as for the CLI."""
+    base = url.rstrip("/") if url else await anyio.to_thread.run_sync(shared_service_url, runner_cls)
+    async with ServiceClient(base, os.environ.get(SERVICE_API_KEY_ENV), run_id=run_id) as client:
+        yield client
