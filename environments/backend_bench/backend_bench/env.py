@@ -1,0 +1,36 @@
+"""The single-agent env of this taskset, with the two defaults a local run needs.
+
+verifiers provisions a runtime per rollout, remote by default; the harness runs in-process and the
+kernels run in the kernel service, so a subprocess runtime (a temporary directory) is all a rollout
+needs. Without a service URL the embedded kernel service starts with the env worker, before the first
+rollout, so a missing toolchain fails the run up front instead of each rollout.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import cast
+
+import anyio
+import verifiers.v1 as vf
+from backendbench_runner.benchmark import BackendBenchRunner
+
+from benchmark_runner.client import SERVICE_URL_ENV
+from benchmark_runner.embedded import shared_service_url, stop_shared_services
+
+from .taskset import BackendBenchTasksetConfig
+
+
+class BackendBenchEnvConfig(vf.SingleAgentEnvConfig):
+    agent: vf.AgentConfig = vf.AgentConfig(runtime=vf.SubprocessConfig())
+    """The one seat; its runtime defaults to a local subprocess (``--env.agent.runtime.type``)."""
+
+
+class BackendBenchEnv(vf.SingleAgentEnv, vf.Env[BackendBenchEnvConfig]):
+    async def start(self) -> None:
+        config = cast(BackendBenchTasksetConfig, self.taskset.config)
+        if not (config.service_url or os.environ.get(SERVICE_URL_ENV)):
+            await anyio.to_thread.run_sync(shared_service_url, BackendBenchRunner)
+
+    async def stop(self) -> None:
+        stop_shared_services()
