@@ -7,8 +7,11 @@ PY     := $(BIN)/python
 TORCH_PIN ?= torch==2.13.0
 PACKAGES := -e ".[dev,torch]" -e "services/kernel-service[ray]" $(foreach r,$(wildcard runners/*-runner),-e $(r))
 STAMP  := $(VENV)/.installed
+# The RL environments (environments/*): verifiers is heavy (~565 MB), so only install-rl brings it in.
+ENVS   := $(wildcard environments/*/pyproject.toml)
+RL_STAMP := $(VENV)/.installed-rl
 
-.PHONY: install test test-gpu lint typecheck demo bench clean
+.PHONY: install install-rl test test-rl test-gpu lint typecheck demo bench clean
 
 install: $(STAMP)
 
@@ -19,20 +22,32 @@ $(STAMP): pyproject.toml services/kernel-service/pyproject.toml $(wildcard runne
 	$(PY) -m pip install -q $(PACKAGES)
 	touch $(STAMP)
 
+install-rl: $(RL_STAMP)
+
+$(RL_STAMP): $(STAMP) $(ENVS)
+	$(PY) -m pip install -q $(TORCH_PIN) $(foreach e,$(ENVS),-e $(dir $(e)))
+	touch $(RL_STAMP)
+
 # The root suite, then each runner's own suite from its own directory (as in its generated repo).
 test: install
 	$(BIN)/pytest -m "not gpu" -q
 	set -e; for r in $(wildcard runners/*-runner); do (cd $$r && $(abspath $(BIN))/pytest -m "not gpu" -q -p no:cacheprovider); done
+	$(MAKE) test-rl
+
+# The RL environments' suites (vf-eval against the fake model, the embedded CPU kernel service).
+test-rl: install-rl
+	$(BIN)/pytest -q -p no:cacheprovider $(foreach e,$(ENVS),$(dir $(e))tests)
 
 test-gpu: install
 	$(BIN)/pytest -m gpu -q
 
 lint: install
-	$(BIN)/ruff check src services runners tests bench
-	$(BIN)/ruff format --check src services runners tests bench
+	$(BIN)/ruff check src services runners tests bench environments
+	$(BIN)/ruff format --check src services runners tests bench environments
 
 typecheck: install
 	$(BIN)/mypy src services/kernel-service/src
+	$(BIN)/mypy $(patsubst %/__init__.py,%,$(wildcard environments/*/*/__init__.py))
 
 demo: install
 	$(PY) -m benchmark_runner.demo
