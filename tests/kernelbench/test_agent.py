@@ -176,3 +176,20 @@ async def test_tree_refines_the_best_kernels(
     assert refine[-2]["role"] == "assistant" and "return x\n" in refine[-2]["content"]
     assert "incorrect" in refine[-1]["content"]
     assert result.payload == RIGHT and result.stop_reasons[-1] == "tree: correct at phase 1"
+
+
+async def test_records_mirror_the_feedback_files_and_a_failure_is_kept(
+    relu: KernelBenchTask, kernel_service_url: str, tmp_path: Path
+) -> None:
+    """What a front end without files (the RL environment) reads: one record per kernel, equal to its
+    ``feedback_<n>.json``, and the exception that ended the run (here the model API refusing)."""
+    script = [run_kernel(BROKEN), {"status": 400, "error": "context too long"}]
+    evaluator = Evaluator(kernel_service_url, relu)
+    with FakeLLMServer(script) as fake:
+        async with ChatClient(LLMConfig(model="fake", base_url=fake.url)) as client:
+            agent = KernelAgent(client, evaluator, AgentOptions(backend="torch", max_turns=3), tmp_path)
+            result = await agent.run(relu)
+    assert agent.records == [json.loads((tmp_path / "kernels" / "feedback_0.json").read_text())]
+    assert agent.records[0]["result"]["outcome"] == "compilation_failure"
+    assert type(agent.failure).__name__ == "LLMError" and "context too long" in str(agent.failure)
+    assert result.error is not None and "context too long" in result.error and result.payload == BROKEN
