@@ -32,6 +32,7 @@ DTYPES: dict[str, torch.dtype] = {
     for d in (
         torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.complex64, torch.complex128,
         torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool,
+        torch.uint16, torch.uint32, torch.uint64,
     )
 }  # fmt: skip
 MAX_DIMS = 16
@@ -122,7 +123,7 @@ def strided_view(
     if n == 0:
         return torch.empty(shape, dtype=dtype, device=region.device)
     flat = region.narrow(0, offset, n * item).view(dtype)
-    return flat.as_strided(shape, stride, 0)
+    return flat.as_strided(shape, stride, flat.storage_offset())  # the offset is absolute: keep the narrow's
 
 
 # ---- judge -> side ------------------------------------------------------------------------------
@@ -159,7 +160,7 @@ def pack(value: Any, arena: Arena) -> tuple[Any, Callable[[], None]]:
             view = arena.view(cursor[0], v.dtype, shape, stride)
             if n:
                 src = v.detach().as_strided((n,), (1,), v.storage_offset())
-                copies.append((view.as_strided((n,), (1,), 0), src))
+                copies.append((view.as_strided((n,), (1,), view.storage_offset()), src))
             ref = Ref(cursor[0], str(v.dtype).removeprefix("torch."), shape, stride)
             cursor[0] += _aligned(n * v.element_size())
             return ref
@@ -238,8 +239,8 @@ def encode(out: Any, in_region: torch.Tensor, out_region: torch.Tensor | None) -
             return {"k": "other", "type": "structure nested deeper than 8"}
         if isinstance(v, torch.Tensor):
             return tensor(v)
-        if isinstance(v, (tuple, list)):
-            return {"k": type(v).__name__, "items": [go(x, depth + 1) for x in v]}
+        if isinstance(v, (tuple, list)):  # named tuples (torch.return_types.*) cross as tuples
+            return {"k": "list" if isinstance(v, list) else "tuple", "items": [go(x, depth + 1) for x in v]}
         if v is None or isinstance(v, (bool, int, float)):
             return {"k": "scalar", "v": v}
         return {"k": "other", "type": f"{type(v).__module__}.{type(v).__qualname__}"}

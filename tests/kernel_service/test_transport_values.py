@@ -1,0 +1,45 @@
+"""Values crossing the judge/side boundary keep their own bytes: every tensor of a call at its own arena
+offset (the judge once wrote and read them all at offset 0, so a side saw ``add(b, b)`` for ``add(a, b)``),
+and named tuples (``torch.return_types.*``, a decomposition's ``return_types_*``) come back as tuples."""
+
+from __future__ import annotations
+
+import collections
+
+import torch
+from kernel_service import transport
+
+
+def test_every_tensor_of_a_call_lands_at_its_own_offset() -> None:
+    a = torch.tensor(-8.5)
+    b = torch.arange(6.0).reshape(2, 3).t()  # non-contiguous
+    idx = torch.tensor([3, 1, 2])
+    arena = transport.Arena(4096, torch.device("cpu"))
+    try:
+        packed, write = transport.pack(([a, b, 2.5], {"index": idx}), arena)
+        write()
+        offsets = [r.offset for r in (packed[0][0], packed[0][1], packed[1]["index"])]
+        assert len(set(offsets)) == 3
+        args, kwargs = transport.unpack(packed, arena.bytes)
+        assert torch.equal(args[0], a) and torch.equal(args[1], b) and args[2] == 2.5
+        assert args[1].stride() == b.stride() and torch.equal(kwargs["index"], idx)
+    finally:
+        arena.close()
+
+
+def test_outputs_decode_from_their_own_offsets_and_named_tuples_are_tuples() -> None:
+    inputs = transport.Arena(1024, torch.device("cpu"))
+    outputs = transport.Arena(1024, torch.device("cpu"))
+    try:
+        pair = collections.namedtuple("return_types_aminmax", ["min", "max"])
+        out = pair(torch.tensor([1.0, 2.0]), torch.tensor([7.0, 8.0, 9.0]))
+        tree = transport.encode(out, inputs.bytes, outputs.bytes)
+        assert tree["k"] == "tuple"
+        decoded = transport.decode(tree, inputs, outputs, None)
+        assert isinstance(decoded, tuple) and len(decoded) == 2
+        assert torch.equal(decoded[0].tensor, out.min) and torch.equal(decoded[1].tensor, out.max)
+        maxed = transport.encode(torch.max(torch.tensor([[1.0, 5.0]]), 1), inputs.bytes, outputs.bytes)
+        assert maxed["k"] == "tuple"  # torch.return_types.max
+    finally:
+        inputs.close()
+        outputs.close()
