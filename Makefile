@@ -19,6 +19,10 @@ $(STAMP): pyproject.toml services/kernel-service/pyproject.toml $(wildcard runne
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH_PIN)
+	@# Our packages' former names (benchmark-runner, kernel-service) and their metadata in the tree: a
+	@# venv made before the rename would still list them, and the first one is a stranger's on the index.
+	$(PY) -m pip uninstall -q -y benchmark-runner kernel-service 2>/dev/null || true
+	rm -rf src/benchmark_runner.egg-info services/kernel-service/src/kernel_service.egg-info
 	$(PY) -m pip install -q $(PACKAGES)
 	touch $(STAMP)
 

@@ -23,6 +23,7 @@ from benchmark_runner.scaffolder.generator import TEMPLATE_HOME_ENV, sync_templa
 from benchmark_runner.scaffolder.main import cli
 
 BIN = Path(sys.executable).parent
+ROOT = Path(__file__).resolve().parents[1]
 EXPECTED_FILES = {
     ".copier-answers.yml",
     ".dockerignore",
@@ -93,7 +94,9 @@ def test_generates_the_documented_layout(home: Path, tmp_path: Path) -> None:
 
     pyproject = (dest / "pyproject.toml").read_text()
     assert 'my-bench-runner = "my_bench_runner.cli:main"' in pyproject
-    assert '"benchmark-runner>=' in pyproject
+    assert '"llmbench-runner>=' in pyproject and "benchmark-runner" not in pyproject
+    # the default library source: the checkout the running library was installed from (editable here)
+    assert answers["library_source"] == str(ROOT)
     assert 'my_bench_runner = ["data/*"]' in pyproject
     bench = (dest / "my_bench_runner/benchmark.py").read_text()
     assert "class MyBenchRunner(BenchmarkRunner):" in bench
@@ -211,7 +214,7 @@ def test_extra_dependencies_and_class_name_reach_the_repo_and_answers(home: Path
         str(dest),
         "--defaults",
         "--dependency",
-        "kernel-service",
+        "llmbench-kernel-service",
         "--dependency",
         "torch>=2.4",
         "--class-name",
@@ -221,10 +224,10 @@ def test_extra_dependencies_and_class_name_reach_the_repo_and_answers(home: Path
     )
     assert code == 0, out
     project = tomllib.loads((dest / "pyproject.toml").read_text())["project"]
-    assert project["dependencies"] == ["benchmark-runner>=0.1", "kernel-service", "torch>=2.4"]
+    assert project["dependencies"] == ["llmbench-runner>=0.1", "llmbench-kernel-service", "torch>=2.4"]
     assert project["scripts"] == {"kb-runner": "kb_runner.cli:main"}
     answers = yaml.safe_load((dest / ".copier-answers.yml").read_text())
-    assert answers["dependencies"] == ["kernel-service", "torch>=2.4"]
+    assert answers["dependencies"] == ["llmbench-kernel-service", "torch>=2.4"]
     assert answers["class_name"] == "KernelBench" and answers["demo_model"] == "reference"
     assert "ARGS   ?= run --model reference --run-id docker-demo" in (dest / "Makefile").read_text()
     assert "make_cli(KernelBenchRunner," in (dest / "kb_runner/cli.py").read_text()
@@ -318,28 +321,29 @@ def generated(home: Path, tmp_path: Path) -> Path:
     return dest
 
 
-def test_make_docker_build_shows_the_build_command(generated: Path) -> None:
+def make_n(repo: Path, *args: str) -> str:
+    """What ``make -n ARGS`` would run in ``repo`` (nothing is run)."""
     out = subprocess.run(
-        ["make", "--no-print-directory", "-n", "docker-build"],
-        cwd=generated,
-        capture_output=True,
-        text=True,
-        check=True,
+        ["make", "--no-print-directory", "-n", *args], cwd=repo, capture_output=True, text=True, check=True
     )
-    assert out.stdout.strip() == "docker build -t my-bench-runner:latest ."
-    out = subprocess.run(
-        ["make", "--no-print-directory", "-n", "docker-run", "ARGS=run --model echo --run-id d"],
-        cwd=generated,
-        capture_output=True,
-        text=True,
-        check=True,
+    return out.stdout
+
+
+def test_make_docker_build_builds_the_context_then_the_image(generated: Path) -> None:
+    lines = make_n(generated, "docker-build").strip().splitlines()
+    assert lines[-1] == "docker build -t my-bench-runner:latest ."
+    context = next(ln for ln in lines if "benchmark_runner.docker_context" in ln)
+    # the context gets our package from the recorded source (the checkout), never by name
+    assert (
+        context
+        == f".venv/bin/python -m benchmark_runner.docker_context --project . --out build/docker -- {ROOT}"
     )
-    assert out.stdout.startswith("docker run --rm")
-    assert out.stdout.rstrip().endswith("my-bench-runner:latest run --model echo --run-id d")
+    out = make_n(generated, "docker-run", "ARGS=run --model echo --run-id d")
+    run = out.strip().splitlines()[-1]
+    assert run.startswith('docker run --rm --user "$(id -u):$(id -g)"')
+    assert run.endswith("my-bench-runner:latest run --model echo --run-id d")
     for target in ("install", "test", "lint", "typecheck"):
-        subprocess.run(
-            ["make", "--no-print-directory", "-n", target], cwd=generated, capture_output=True, check=True
-        )
+        make_n(generated, target)
 
 
 @pytest.mark.parametrize("runner", ["kernelbench", "backendbench"])
@@ -356,17 +360,25 @@ def test_kernel_runners_docker_run_defaults_to_an_offline_model_they_have(runner
     assert out.stdout.rstrip().endswith(f"{runner}-runner:latest run --model reference --run-id docker-demo")
 
 
+def dockerfile_instructions(path: Path) -> list[str]:
+    text = re.sub(r"\\\n\s*", " ", path.read_text())  # join continuation lines
+    return [ln.strip() for ln in text.splitlines() if re.match(r"^[A-Z]+\s", ln)]
+
+
 def test_dockerfile_runs_as_non_root_with_the_runner_entrypoint(generated: Path) -> None:
-    text = re.sub(r"\\\n\s*", " ", (generated / "Dockerfile").read_text())  # join continuation lines
-    instructions = [ln.strip() for ln in text.splitlines() if re.match(r"^[A-Z]+\s", ln)]
+    instructions = dockerfile_instructions(generated / "Dockerfile")
     assert re.fullmatch(r"FROM python:3\.\d+-slim", instructions[0])
     users = [ln.split()[1] for ln in instructions if ln.startswith("USER ")]
     assert users and users[-1] not in {"root", "0"}
     assert instructions[-2] == 'ENTRYPOINT ["my-bench-runner"]'
-    # dependencies are installed from pyproject.toml alone, before the sources are copied
-    copy_pyproject = instructions.index("COPY pyproject.toml ./")
-    copy_sources = instructions.index("COPY my_bench_runner ./my_bench_runner")
-    install_deps = next(i for i, ln in enumerate(instructions) if "pip install -r" in ln)
-    assert copy_pyproject < install_deps < copy_sources
+    # the public dependencies come from the requirements alone, before our wheels and the sources
+    index = {ln: i for i, ln in enumerate(instructions)}
+    public = index["RUN pip install -r build/docker/requirements.txt"]
+    ours = index["RUN pip install --no-index --no-deps build/docker/wheels/*.whl"]
+    sources = index["COPY my_bench_runner ./my_bench_runner"]
+    assert index["COPY build/docker/requirements.txt build/docker/"] < public < ours < sources
+    # no pip command in the image may name a package of ours: only wheel files, --no-index
+    for ln in instructions:
+        assert "llmbench" not in ln and "benchmark-runner" not in ln, ln
     ignored = (generated / ".dockerignore").read_text().split()
-    assert ".git" in ignored and ".venv" in ignored
+    assert ".git" in ignored and ".venv" in ignored and "!build/docker" in ignored

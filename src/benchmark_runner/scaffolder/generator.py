@@ -22,13 +22,14 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from ..distributions import LIBRARY, is_ours, library_version, normalize
 from ..schemas import StrictModel, describe_validation_error
+from . import library_source
 
 #: The copier template shipped inside the package (``copier.yml`` + ``project/``).
 TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates"
@@ -65,6 +66,9 @@ class RunnerSpec(StrictModel):
     class_name: str = Field(default="", description="prefix of the class names; default: CamelCase of name")
     dependencies: list[str] = Field(default_factory=list, description="extra PEP 508 requirements")
     demo_model: str = Field(default="oracle", description="offline model that `make docker-run` runs")
+    library_source: str = Field(
+        default="", description="where `make install` gets our packages (see library_source.py)"
+    )
 
     @field_validator("name")
     @classmethod
@@ -135,8 +139,13 @@ class RunnerSpec(StrictModel):
         dependencies: list[str] | tuple[str, ...] = (),
         class_name: str | None = None,
         demo_model: str | None = None,
+        library_source: str | None = None,
     ) -> RunnerSpec:
-        """Validate the answers, raising :class:`ScaffoldError` that names the bad field."""
+        """Validate the answers, raising :class:`ScaffoldError` that names the bad field.
+
+        ``library_source`` is only checked against the file system by :func:`generate`, which also
+        fills in the default (where the running library came from) when it is empty.
+        """
         try:
             return cls(
                 name=name,
@@ -145,6 +154,7 @@ class RunnerSpec(StrictModel):
                 dependencies=list(dependencies),
                 class_name=class_name or "",
                 demo_model=demo_model or "oracle",
+                library_source=library_source or "",
             )
         except ValidationError as exc:
             raise ScaffoldError(describe_validation_error(exc)) from None
@@ -164,6 +174,13 @@ class RunnerSpec(StrictModel):
     def author_owned(self) -> list[str]:
         return [p.format(pkg=self.package_name) for p in AUTHOR_OWNED]
 
+    def our_dists(self) -> list[str]:
+        """The packages of this project the runner installs from its library source."""
+        from packaging.requirements import Requirement
+
+        extra = [normalize(Requirement(d).name) for d in self.dependencies if is_ours(Requirement(d).name)]
+        return [LIBRARY, *(d for d in dict.fromkeys(extra) if d != LIBRARY)]
+
     def answers(self) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -172,6 +189,7 @@ class RunnerSpec(StrictModel):
             "class_name": self.class_name,
             "dependencies": list(self.dependencies),
             "demo_model": self.demo_model,
+            "library_source": self.library_source,
         }
 
 
@@ -193,10 +211,7 @@ class GenerateResult:
 
 
 def package_version() -> str:
-    try:
-        return metadata.version("benchmark-runner")
-    except metadata.PackageNotFoundError:  # running from a source tree that is not installed
-        return "0.0.0"
+    return library_version()
 
 
 def template_home() -> Path:
@@ -335,6 +350,22 @@ def render(
     )
 
 
+def with_library_source(spec: RunnerSpec, dest: Path, cwd: Path | None = None) -> RunnerSpec:
+    """``spec`` with its library source checked and recorded as the runner at ``dest`` will see it.
+
+    Empty means the default: where the running library was installed from. A given path is taken
+    relative to ``cwd`` (the shell's directory), as any command-line path.
+    """
+    try:
+        if spec.library_source:
+            recorded = library_source.record(spec.library_source, dest, spec.our_dists(), cwd)
+        else:
+            recorded = library_source.default_source(dest, spec.our_dists())
+    except library_source.LibrarySourceError as exc:
+        raise ScaffoldError(str(exc)) from None
+    return spec.model_copy(update={"library_source": recorded})
+
+
 def generate(
     spec: RunnerSpec,
     dest: Path,
@@ -344,18 +375,21 @@ def generate(
     template_dir: Path = TEMPLATE_DIR,
     version: str | None = None,
     home: Path | None = None,
+    cwd: Path | None = None,
 ) -> GenerateResult:
     """Generate ``spec``'s runner repo at ``dest``; refuse a non-empty ``dest`` unless ``force``.
 
     With ``force``, template-owned files are overwritten and existing author-owned files are kept
     (the same rule as ``copier update``). ``dry_run`` renders into a temporary directory and reports
-    the files it would write, touching neither ``dest`` nor the template mirror.
+    the files it would write, touching neither ``dest`` nor the template mirror. The library source
+    is checked (and defaulted) by :func:`with_library_source`.
     """
     dest = dest.expanduser().absolute()
     if dest.exists() and not dest.is_dir():
         raise ScaffoldError(f"destination {dest} exists and is not a directory")
     if _is_nonempty_dir(dest) and not force:
         raise ScaffoldError(f"destination {dest} is not empty; pass --force to generate into it anyway")
+    spec = with_library_source(spec, dest, cwd)
     if dry_run:
         with tempfile.TemporaryDirectory(prefix="benchmark-runner-dry-") as tmp:
             out = Path(tmp) / spec.repo_name
@@ -399,6 +433,7 @@ def spec_from_answers(answers: dict[str, Any]) -> RunnerSpec:
         [str(d) for d in deps],
         str(answers["class_name"]) if answers.get("class_name") else None,
         str(answers["demo_model"]) if answers.get("demo_model") else None,
+        str(answers.get("library_source") or ""),
     )
 
 
@@ -409,16 +444,24 @@ def update(
     version: str | None = None,
     home: Path | None = None,
     conflict: Literal["inline", "rej"] = "inline",
+    new_library_source: str | None = None,
+    cwd: Path | None = None,
 ) -> TemplateRef:
     """``copier update`` ``repo`` to the installed template version, keeping author-owned files.
 
     The repo must be a clean git work tree (copier computes the author's changes from git).
-    Conflicting hunks are left inline (``<<<<<<<``) for the author to resolve.
+    Conflicting hunks are left inline (``<<<<<<<``) for the author to resolve. The recorded library
+    source is kept; ``new_library_source`` replaces it, and a repo generated before sources were
+    recorded gets the default (where the running library came from).
     """
     from copier import run_update
 
     repo = repo.expanduser().absolute()
     answers = read_answers(repo)
+    data: dict[str, Any] = {}
+    if new_library_source or not answers.get("library_source"):
+        spec = spec_from_answers(answers).model_copy(update={"library_source": new_library_source or ""})
+        data["library_source"] = with_library_source(spec, repo, cwd).library_source
     recorded = str(answers.get("_src_path", ""))
     if home is None and recorded and not re.match(r"^[a-z+]+://|^[\w.-]+@|^g[hl]:", recorded):
         home = Path(recorded).expanduser()  # keep updating the mirror the repo was generated from
@@ -439,6 +482,7 @@ def update(
     try:
         run_update(
             repo,
+            data=data,
             vcs_ref=ref.ref,
             defaults=True,
             overwrite=True,

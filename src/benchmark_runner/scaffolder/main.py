@@ -42,6 +42,14 @@ def _fail(message: str) -> None:
     default=None,
     help="The offline model `make docker-run` runs by default (default: the template's 'oracle').",
 )
+@click.option(
+    "--library-source",
+    default=None,
+    metavar="PATH|URL",
+    help="Where the runner's `make install` gets this project's library: a checkout of benchmark-runner, "
+    "a git URL (git+https://HOST/REPO@REF) or a directory of its wheels (default: where the running "
+    "library was installed from). Recorded in .copier-answers.yml; never a package index.",
+)
 @click.option("--defaults", is_flag=True, help="Never prompt: use defaults for every unanswered question.")
 @click.option("--dry-run", is_flag=True, help="List the files that would be written; write nothing.")
 @click.option(
@@ -66,6 +74,7 @@ def cli(
     class_name: str | None,
     dependencies: tuple[str, ...],
     demo_model: str | None,
+    library_source: str | None,
     defaults: bool,
     dry_run: bool,
     force: bool,
@@ -88,9 +97,9 @@ def cli(
             or dependencies
             or demo_model
         ):
-            _fail("--update takes no NAME and no other option")
+            _fail("--update takes no NAME and no other option than --library-source")
         try:
-            ref = update(update_dir)
+            ref = update(update_dir, new_library_source=library_source, cwd=Path.cwd())
         except ScaffoldError as exc:
             _fail(str(exc))
         click.echo(f"Updated {update_dir} to template {ref.ref}; review `git diff` and commit.")
@@ -106,10 +115,10 @@ def cli(
         if interactive and payload_type is None:
             payload_type = click.prompt("Payload type", type=click.Choice(PAYLOAD_TYPES), default="text")
         spec = RunnerSpec.build(
-            name, description, payload_type or "text", dependencies, class_name, demo_model
+            name, description, payload_type or "text", dependencies, class_name, demo_model, library_source
         )
         target = dest if dest is not None else Path.cwd() / spec.repo_name
-        result = generate(spec, target, force=force, dry_run=dry_run)
+        result = generate(spec, target, force=force, dry_run=dry_run, cwd=Path.cwd())
     except ScaffoldError as exc:
         _fail(str(exc))
         return

@@ -1,3 +1,3 @@
 """GPU kernel benchmark service: compile, check and time submitted kernels in sandboxed workers."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
