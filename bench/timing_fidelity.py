@@ -189,7 +189,7 @@ def independent(ref_src: str, new_src: str, calls: int) -> dict[str, float]:
     return out
 
 
-def service_readings(pairs: list[tuple[str, str]], calls: int) -> list[dict[str, Any]]:
+def service_readings(pairs: list[tuple[str, str]], calls: int, mps: str = "off") -> list[dict[str, Any]]:
     import asyncio
     import tempfile
 
@@ -207,7 +207,7 @@ def service_readings(pairs: list[tuple[str, str]], calls: int) -> list[dict[str,
         "use_result_cache": False,
     }
     service = KernelService(
-        KernelServiceConfig(gpus=None, work_dir=Path(tempfile.mkdtemp(prefix="fidelity-")))
+        KernelServiceConfig(gpus=None, mps=mps, work_dir=Path(tempfile.mkdtemp(prefix="fidelity-")))  # type: ignore[arg-type]
     )
     rows = []
     with start_server(make_app(service), startup_timeout=300) as server:
@@ -230,6 +230,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--calls", type=int, default=100)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--mps", choices=["off", "on"], default="off", help="the service's MPS setting")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("timing_fidelity.py needs a CUDA GPU", file=sys.stderr)
@@ -237,7 +238,7 @@ def main() -> int:
     t0 = time.perf_counter()
     indep = [independent(k["ref"], k["new"], args.calls) for k in KERNELS]
     served = service_readings(
-        [(k["ref"], k["new"]) for k in KERNELS] + [(CHAIN_REF, SIDE_STREAM)], args.calls
+        [(k["ref"], k["new"]) for k in KERNELS] + [(CHAIN_REF, SIDE_STREAM)], args.calls, args.mps
     )
     rows = []
     for k, ind, srv in zip(KERNELS, indep, served, strict=False):
@@ -262,6 +263,7 @@ def main() -> int:
         "gpu": torch.cuda.get_device_name(0),
         "torch": torch.__version__,
         "calls": args.calls,
+        "mps": args.mps,
         "rows": rows,
         "side_stream_cheat": {k: side.get(k) for k in ("outcome", "speedup", "message")},
         "wall_s": time.perf_counter() - t0,

@@ -19,6 +19,7 @@ PATCHING: list[Any] = [
     pytest.param("patch_harness_compare", id="patch_harness_compare"),
     pytest.param("patch_timer", id="patch_timer"),
     pytest.param("slow_reference", id="slow_reference"),
+    pytest.param("burn_between_calls", id="burn_between_calls"),
 ]
 
 

@@ -116,3 +116,33 @@ def test_timing_cheats_against_the_judge_gain_nothing(gpu_server: RunningServer)
         assert res.outcome != "correct" or (res.speedup or 0) <= 1.1, (res.outcome, res.speedup, res.message)
     assert honest.outcome == "correct", f"{honest.message}\n{honest.traceback}\n{honest.output}"
     assert honest.speedup is not None and 0.95 < honest.speedup < 1.05, honest.speedup
+
+
+BIG_REF = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+def get_inputs():
+    return [torch.randn(1 << 29)]  # 2 GiB: copying it into a side's arena takes milliseconds
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_large_inputs_reach_each_side_before_its_untimed_calls(gpu_server: RunningServer) -> None:
+    """The judge's copy of a call's inputs into a side's arena is asynchronous on its stream; an untimed
+    call (correctness trials) must wait for it, or a side computes on the previous trial's inputs (seen on
+    the H100 at level 1: the reference against itself failed from the second trial on)."""
+    solution = BIG_REF.replace("class Model(", "class ModelNew(")
+    with httpx.Client(base_url=gpu_server.url, timeout=900) as c:
+        r = c.post("/v1/evaluate", json={"reference": BIG_REF, "solution": solution,
+                                         "options": {**OPTS, "perf_trials": 5}})  # fmt: skip
+    assert r.status_code == 200, r.text
+    res = KernelEvalResponse.model_validate(r.json())
+    assert res.outcome == "correct", res.message
+    assert res.correctness_trials_passed == OPTS["correctness_trials"]

@@ -186,3 +186,21 @@ def test_sampled_snapshot_checks_shape_and_random_positions() -> None:
     # Positions differ from one snapshot to the next.
     a, b = (snapshot_outputs(ref, sample_above=1000).index[0] for _ in range(2))
     assert not torch.equal(a, b)
+
+
+def test_fast_comparison_in_chunks_finds_an_error_in_the_last_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Large outputs are compared a chunk at a time (bounded temporaries); every chunk still counts."""
+    import kernel_service.compare as cmp_mod
+
+    monkeypatch.setattr(cmp_mod, "COMPARE_CHUNK", 1000)
+    ref = torch.randn(10_500)
+    close = ref + 1e-6
+    close[9_000] += 5e-5  # the worst error, in the ninth chunk: within tolerance
+    ok = cmp_mod.compare_outputs(ref, close, 1e-4, 1e-4)
+    assert ok.ok and ok.max_abs_error is not None and abs(ok.max_abs_error - 5.1e-5) < 2e-6
+    bad = close.clone()
+    bad[10_499] += 1.0  # the last, partial chunk
+    res = cmp_mod.compare_outputs(ref, bad, 1e-4, 1e-4)
+    assert not res.ok and "1 of 10500 elements" in res.message
+    strided = torch.randn(200, 300).t()  # not contiguous: compared as the same logical elements
+    assert cmp_mod.compare_outputs(strided, strided.contiguous(), 1e-4, 1e-4).ok

@@ -21,6 +21,10 @@ DEFAULT_TOLERANCE: dict[torch.dtype, float] = {
 FP32_TOLERANCE = 1e-4
 
 
+#: Elements compared at a time on the fast path (256 MB of fp32 per temporary).
+COMPARE_CHUNK = 1 << 26
+
+
 def default_tolerance(outputs: list[Any]) -> float:
     """1e-2 if any output tensor is fp16/bf16, else 1e-4."""
     tol = FP32_TOLERANCE
@@ -163,13 +167,19 @@ def _all_close_fast(
     more than the kernels it checks. Any NaN or Inf makes a comparison false here (the tolerance is kept
     finite), so such outputs take the exact path.
     """
+    abs_err = rel_err = 0.0
+    r_flat, n_flat = rf.reshape(-1), nf.reshape(-1)
     with torch.no_grad():
-        diff = torch.sub(nf, rf).abs_()
-        scale = rf.abs()
-        tol = scale.clamp(max=torch.finfo(rf.dtype).max).mul_(rtol).add_(atol)
-        if not bool((diff <= tol).all()):
-            return None
-        del tol
-        abs_err = float(diff.max())
-        rel_err = float(diff.div_(scale.clamp_min_(1e-12)).max())
+        # In chunks: the temporaries of a whole multi-GB output (three of its size) do not fit beside
+        # the two sides' memory on one GPU.
+        for lo in range(0, r_flat.numel(), COMPARE_CHUNK):
+            r, n = r_flat[lo : lo + COMPARE_CHUNK], n_flat[lo : lo + COMPARE_CHUNK]
+            diff = torch.sub(n, r).abs_()
+            scale = r.abs()
+            tol = scale.clamp(max=torch.finfo(rf.dtype).max).mul_(rtol).add_(atol)
+            if not bool((diff <= tol).all()):
+                return None
+            del tol
+            abs_err = max(abs_err, float(diff.max()))
+            rel_err = max(rel_err, float(diff.div_(scale.clamp_min_(1e-12)).max()))
     return abs_err, rel_err

@@ -17,8 +17,10 @@ enters the reading; on the CPU, the judge's clock around the request.
 from __future__ import annotations
 
 import os
+import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -54,6 +56,11 @@ MIN_TIMED_TRIALS = 5
 #: With a cached reference timing, this many timed candidate outputs (drawn by the OS) plus the last
 #: are checked against fresh reference outputs.
 CACHED_REF_CHECKS = 3
+INTERLEAVED_METHOD = (
+    "judge's time.perf_counter from writing the inputs to the side's answer (after it copied its outputs "
+    "into the judge's shared memory); candidate and reference calls interleaved on the same inputs (each "
+    "going first in turn), the candidate's processes stopped while the reference is timed; median"
+)
 
 
 class Incorrect(Exception):
@@ -250,6 +257,22 @@ class Run:
         )
         err.reply = reply
         return err
+
+    def release(self) -> None:
+        """Give the judge's cached free GPU memory back to the driver: blocks its caching allocator keeps
+        are memory neither side can allocate (a problem's inputs may take gigabytes)."""
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    @contextmanager
+    def frozen(self, role: str) -> Iterator[None]:
+        """``role``'s side and every process it started, stopped for the duration (see the zygote)."""
+        side = self.sides[role]
+        side.zygote.freeze(side.pid)
+        try:
+            yield
+        finally:
+            side.zygote.thaw(side.pid)
 
     def kill(self, role: str) -> None:
         side = self.sides.get(role)
@@ -465,7 +488,10 @@ def _evaluate(
                 tol = default_tolerance(flatten_outputs(ref_out))
                 atol = tol if atol is None else atol
                 rtol = tol if rtol is None else rtol
+            del inputs  # each side has its copy; a problem's inputs may take gigabytes
             cmp = compare_outputs(ref_out, new_out, atol, rtol)
+            del ref_out, new_out
+            run.release()
             max_abs = max(max_abs, cmp.max_abs_error or 0.0)
             max_rel = max(max_rel, cmp.max_rel_error or 0.0)
             if not cmp.ok:
@@ -509,7 +535,9 @@ def _evaluate(
     if timing["mismatch"]:
         return {**common, "outcome": Outcome.INCORRECT.value, "reward": reward_for(Outcome.INCORRECT, None),
                 "message": f"a timed call's output differs from the reference: {timing['mismatch']}"}  # fmt: skip
-    speedup = timing["ref"].median / timing["new"].median if timing["new"].median > 0 else None
+    speedup = timing.get("speedup") or (
+        timing["ref"].median / timing["new"].median if timing["new"].median > 0 else None
+    )
     return {
         **common,
         "outcome": Outcome.CORRECT.value,
@@ -527,17 +555,22 @@ def _time(
 ) -> dict[str, Any]:
     """The candidate timed first, then killed; then the path's own cost calibrated and the reference
     timed on the seeds whose candidate outputs are checked: no code of the submission runs while the
-    reference or the calibration is measured."""
+    reference or the calibration is measured. (On the CPU, :func:`_time_interleaved`.)"""
     opts, device = job.options, run.device
+    if device.type != "cuda" and job.cached_ref_timing is None:
+        return _time_interleaved(run, job, get_inputs, atol, rtol, started)
     base: GpuTimer | CpuTimer = run.judge.gpu_timer(device) if device.type == "cuda" else CpuTimer()
     cached = job.cached_ref_timing
     budget = opts.timeout_s * TIMING_BUDGET_SHARE
     timers: dict[str, Timer] = {
         role: base.bind(role, partial(run.ask, role)) for role in ("candidate", "reference")
     }
-    warm = get_inputs(fresh_seed())
+    warm_seed = fresh_seed()  # inputs made again where used: a problem's inputs may take gigabytes
+    warm = get_inputs(warm_seed)
     for _ in range(opts.warmup):
         run.call("candidate", warm, timers["candidate"])
+    del warm
+    run.release()
 
     new_raw: list[float] = []
     checked: list[tuple[int, Any]] = []
@@ -564,7 +597,7 @@ def _time(
         raise run.side_error("candidate", reply)
     run.kill("candidate")
 
-    null_ms = calibrate(run, base, timers["reference"], warm)
+    null_ms = calibrate(run, base, timers["reference"], get_inputs(warm_seed))
     try:
         base.check("null")
     except PrepError as exc:
@@ -572,8 +605,10 @@ def _time(
     ref_raw: list[float] = []
     mismatch: str | None = None
     if cached is None:
+        warm = get_inputs(warm_seed)
         for _ in range(opts.warmup):
             run.call("reference", warm, timers["reference"])
+        del warm
         for i in range(len(new_raw)):
             seed, snap = checked[i] if i < len(checked) else (fresh_seed(), None)
             timed = run.call("reference", get_inputs(seed), timers["reference"])
@@ -591,6 +626,63 @@ def _time(
         "new": TimingStats.of(net(new_raw, null_ms)),
         "ref_cached": cached is not None,
         "method": base.method,
+        "mismatch": mismatch,
+    }
+
+
+def _time_interleaved(
+    run: Run, job: Job, get_inputs: Callable[[int], list[Any]], atol: float, rtol: float, started: float
+) -> dict[str, Any]:
+    """CPU timing: each timed call of the candidate is followed by one of the reference on the same inputs,
+    with the candidate and everything it started stopped meanwhile (SIGSTOP, by the zygote). A shared
+    CPU's slow and fast spells (another tenant, a cold cache, a host that deschedules the VM) then fall
+    on both sides alike instead of on whichever was timed during them; nothing of the submission runs
+    while the reference is timed; and every timed output is checked against the reference's."""
+    opts = job.options
+    timer = CpuTimer()
+    budget = opts.timeout_s * TIMING_BUDGET_SHARE
+
+    def reference(inputs: list[Any]) -> Call:
+        with run.frozen("candidate"):
+            return run.call("reference", inputs, timer)
+
+    warm = get_inputs(fresh_seed())
+    for _ in range(opts.warmup):
+        run.call("candidate", warm, timer)
+        reference(warm)
+    new_raw: list[float] = []
+    ref_raw: list[float] = []
+    mismatch: str | None = None
+    for i in range(opts.perf_trials):
+        inputs = get_inputs(fresh_seed())
+        if i % 2:  # alternate which side goes first: neither always follows the judge's own work
+            ref = reference(inputs)
+            ref_out = snapshot(ref.out)
+            new = run.call("candidate", inputs, timer)
+        else:
+            new = run.call("candidate", inputs, timer)
+            ref = reference(inputs)
+            ref_out = ref.out
+        if why := foreign(new.out):
+            raise Incorrect(f"timed call {i + 1}: {why}")
+        assert new.ms is not None and ref.ms is not None
+        new_raw.append(new.ms)
+        ref_raw.append(ref.ms)
+        if mismatch := _mismatch(ref_out, new.out, atol, rtol):
+            break
+        if time.perf_counter() - started > budget and len(new_raw) >= MIN_TIMED_TRIALS:
+            break
+    reply = run.ask("candidate", {"op": "sync"})
+    if not reply.get("ok"):
+        raise run.side_error("candidate", reply)
+    run.kill("candidate")
+    return {
+        "ref": TimingStats.of(ref_raw),
+        "new": TimingStats.of(new_raw),
+        # the median of the pairs' ratios: a spell that slows both calls of a pair cancels out
+        "speedup": statistics.median(r / n for r, n in zip(ref_raw, new_raw, strict=True)),
+        "ref_cached": False,
+        "method": INTERLEAVED_METHOD,
         "mismatch": mismatch,
     }
 

@@ -119,6 +119,13 @@ class Zygote:
         signal processes outside it) and return once it is reaped."""
         self._call({"op": "kill", "pid": pid})
 
+    def freeze(self, pid: int) -> int:
+        """Stop a side and every process it started; returns once they are stopped (how many)."""
+        return int(self._call({"op": "freeze", "pid": pid}).get("frozen", 0))
+
+    def thaw(self, pid: int) -> None:
+        self._call({"op": "thaw", "pid": pid})
+
     def sweep(self) -> int:
         """Kill whatever the zygote still has as children (daemons a side left behind)."""
         return int(self._call({"op": "sweep"}).get("killed", 0))

@@ -46,7 +46,7 @@ PREP_SLACK_MS = 0.010
 Ask = Callable[[], dict[str, Any]]
 #: Decodes a reply now and returns the thunk that copies the outputs (enqueued right after the end event).
 Read = Callable[[dict[str, Any]], Callable[[], Any]]
-Write = Callable[[], None]
+Write = Callable[..., None]
 
 
 class Timer(Protocol):
@@ -178,7 +178,7 @@ class GatedSide:
         start, mid, end = ev
         torch.cuda._sleep(int(t.gate_us * t.cycles_per_us))
         start.record(stream)
-        write()
+        write(False)
         t.flush.zero_()
         mid.record(stream)
         self.go.record(stream)

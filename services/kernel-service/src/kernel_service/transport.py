@@ -144,7 +144,7 @@ def _tensors(value: Any) -> list[torch.Tensor]:
     return []
 
 
-def pack(value: Any, arena: Arena) -> tuple[Any, Callable[[], None]]:
+def pack(value: Any, arena: Arena) -> tuple[Any, Callable[..., None]]:
     """``value`` with every tensor replaced by a :class:`Ref` into ``arena`` (from byte 0, strides
     kept), and the function that writes them there: a timed call writes its inputs only after its
     timing has started, so a side cannot compute on them before that."""
@@ -172,9 +172,13 @@ def pack(value: Any, arena: Arena) -> tuple[Any, Callable[[], None]]:
             return {k: go(x) for k, x in v.items()}
         return v
 
-    def write() -> None:
+    def write(blocking: bool = True) -> None:
+        """Copy the inputs in. ``blocking``: return once they are there, for a side that starts on its
+        own stream at once; a gated timed call passes False (the side's stream waits on the judge's)."""
         for dst, src in copies:
             dst.copy_(src, non_blocking=True)
+        if blocking and arena.device.type == "cuda":
+            torch.cuda.current_stream(arena.device).synchronize()
 
     return go(value), write
 

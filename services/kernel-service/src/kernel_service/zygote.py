@@ -9,7 +9,9 @@ role, temp dir and sandbox settings); the reply is ``{"pid": N}`` carrying two f
 judge's end of a socket pair to the new side, and the read end of the side's stdout/stderr pipe. The side
 gets its own session (the judge kills it by process group). The zygote reaps its children and keeps
 their exit status for the judge to ask about (``{"op": "status", "pid": N}``: a dead side's signal or
-exit code, for the verdict's message).
+exit code, for the verdict's message). ``{"op": "freeze", "pid": N}`` stops a side and everything it
+started (descendants, and orphans adopted here) until ``{"op": "thaw", "pid": N}``: the judge holds the
+candidate while it times the reference between the candidate's calls.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import socket
 import sys
 import time
 import traceback
+from pathlib import Path
 from typing import Any
 
 
@@ -36,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     sock = socket.socket(fileno=args.sock)
     os.set_inheritable(args.sock, False)
     statuses: dict[int, int] = {}
+    sides: set[int] = set()  # the sides this zygote forked (kept until the judge kills them)
+    frozen: dict[int, set[int]] = {}  # side -> the processes stopped for it
 
     def reap(*_: object) -> None:
         while True:
@@ -78,10 +83,25 @@ def main(argv: list[str] | None = None) -> int:
             continue
         if request.get("op") == "kill":  # the judge may not signal the sides itself (Landlock scopes it)
             killed = _kill_side(int(request["pid"]), statuses)
+            sides.discard(int(request["pid"]))
+            frozen.pop(int(request["pid"]), None)
             sock.send(json.dumps({"killed": killed}).encode())
+            continue
+        if request.get("op") == "freeze":  # hold a side and all it started while the judge times another
+            frozen[int(request["pid"])] = held = _freeze(
+                int(request["pid"]), set(sides) - {int(request["pid"])}
+            )
+            sock.send(json.dumps({"frozen": len(held)}).encode())
+            continue
+        if request.get("op") == "thaw":
+            for pid in frozen.pop(int(request["pid"]), set()):
+                _signal(pid, signal.SIGCONT)
+            sock.send(json.dumps({"ok": True}).encode())
             continue
         if request.get("op") == "sweep":  # every child left (a side's daemon reparented to us), at job end
             sock.send(json.dumps({"killed": _sweep(statuses)}).encode())
+            sides.clear()
+            frozen.clear()
             continue
         judge_end, side_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         out_r, out_w = os.pipe()
@@ -106,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
                 sys.stderr.flush()
             finally:
                 os._exit(code)
+        sides.add(pid)
         side_end.close()
         os.close(out_w)
         try:
@@ -132,6 +153,68 @@ def _kill_side(pid: int, statuses: dict[int, int]) -> bool:
         except InterruptedError:
             continue
     return True
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _parents() -> dict[int, int]:
+    """pid -> ppid of every process this zygote can see, from /proc."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[-1].split()  # the command name, in parentheses, may hold spaces
+            if len(fields) > 1:
+                out[int(entry)] = int(fields[1])
+    return out
+
+
+def _stopped(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+    except (OSError, IndexError):
+        return True  # gone
+    return state in ("T", "t", "Z", "X")
+
+
+def _freeze(side: int, spare: set[int]) -> set[int]:
+    """SIGSTOP ``side``, its descendants and every orphan adopted here (any child of the zygote that is
+    not a side in ``spare``), until a scan finds no process of theirs still running: a process forked
+    between a scan and the stop is found by the next scan, and a stopped process forks nothing.
+    Returns once each is really stopped, so nothing of the side runs while another side is timed."""
+    held: set[int] = set()
+    me = os.getpid()
+    for _ in range(50):
+        parents = _parents()
+        kids: dict[int, list[int]] = {}
+        for pid, ppid in parents.items():
+            kids.setdefault(ppid, []).append(pid)
+        todo = [side] + [p for p in kids.get(me, []) if p not in spare and p != side]
+        tree: set[int] = set()
+        while todo:
+            pid = todo.pop()
+            if pid not in tree and pid in parents:
+                tree.add(pid)
+                todo.extend(kids.get(pid, []))
+        new = tree - held
+        if not new:
+            break
+        for pid in new:
+            _signal(pid, signal.SIGSTOP)
+        held |= new
+    end = time.monotonic() + 2.0
+    for pid in held:
+        while not _stopped(pid) and time.monotonic() < end:
+            time.sleep(0.0002)
+    return held
 
 
 def _sweep(statuses: dict[int, int]) -> int:
