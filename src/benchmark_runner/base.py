@@ -41,6 +41,10 @@ if TYPE_CHECKING:
 OfflineModel = Callable[["BenchmarkRunner", Task, LLMConfig, Path], Awaitable[GenerationResult]]
 
 
+#: Tasks in flight when ``--concurrency`` is not given (and the runner does not choose otherwise).
+DEFAULT_CONCURRENCY = 8
+
+
 class TaskValidationError(ValueError):
     """A task from a file or a service does not match the runner's ``TASK_MODEL``."""
 
@@ -108,6 +112,12 @@ class BenchmarkRunner(ABC):
         identity, so resuming with a different value is refused like a different model would be.
         """
         return []
+
+    def default_concurrency(self, model_calls: bool) -> int:
+        """Tasks in flight when ``--concurrency`` is not given. ``model_calls``: each task calls a model
+        (False for an offline model, and for ``evaluate``, which re-evaluates stored generations: then
+        only the service's load is at stake, which a runner whose service batches may let grow)."""
+        return DEFAULT_CONCURRENCY
 
     def configure(self, options: dict[str, Any]) -> None:
         """Receive the values of :meth:`cli_options` before any task is loaded.

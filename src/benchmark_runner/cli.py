@@ -35,7 +35,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .artifacts import ArtifactError, RunArtifacts, RunLockedError
-from .base import BenchmarkRunner
+from .base import DEFAULT_CONCURRENCY, BenchmarkRunner
 from .checkpoint import (
     ConfigMismatch,
     DatasetIdentity,
@@ -412,7 +412,7 @@ class RunArgs:
     dataset_name: str | None
     problem: Path | None
     service_url: str | None
-    concurrency: int
+    concurrency: int | None
     limit: int | None
     task_id: tuple[str, ...]
     output_dir: Path
@@ -451,7 +451,9 @@ def make_cli(adapter_cls: type[BenchmarkRunner], default_dataset_file: Path | No
     @_dataset_options(adapter_cls)
     @_service_option
     @click.option(
-        "--concurrency", type=click.IntRange(min=1), default=8, show_default=True, help="tasks in flight"
+        "--concurrency",
+        type=click.IntRange(min=1),
+        help=f"tasks in flight [default: {DEFAULT_CONCURRENCY}; an offline model: the runner's choice]",
     )
     @click.option("--limit", type=click.IntRange(min=1), help="only the first N (selected) tasks")
     @click.option("--task-id", multiple=True, help="only this task (repeatable)")
@@ -490,10 +492,18 @@ def make_cli(adapter_cls: type[BenchmarkRunner], default_dataset_file: Path | No
     @cli.command(epilog=EXIT_CODES_HELP)
     @_run_dir_options
     @_service_option
-    @click.option("--concurrency", type=click.IntRange(min=1), default=8, show_default=True)
+    @click.option(
+        "--concurrency",
+        type=click.IntRange(min=1),
+        help=f"evaluations in flight [default: the runner's choice, {DEFAULT_CONCURRENCY} unless it says]",
+    )
     @click.option("--task-id", multiple=True, help="only this task (repeatable)")
     def evaluate(
-        run_id: str, output_dir: Path, service_url: str | None, concurrency: int, task_id: tuple[str, ...]
+        run_id: str,
+        output_dir: Path,
+        service_url: str | None,
+        concurrency: int | None,
+        task_id: tuple[str, ...],
     ) -> None:
         """Re-evaluate the stored generations of a run (e.g. after a service fix), then re-score."""
         sys.exit(execute_evaluate(adapter_cls, output_dir, run_id, service_url, concurrency, task_id))
@@ -681,7 +691,7 @@ def execute_run(adapter_cls: type[BenchmarkRunner], args: RunArgs, default_datas
                 artifacts,
                 generate,
                 model=args.model,
-                concurrency=args.concurrency,
+                concurrency=args.concurrency or runner.default_concurrency(model_calls=offline is None),
                 progress=make_progress(),
             )
             stats = await engine.run(plan)
@@ -720,7 +730,7 @@ def execute_evaluate(
     output_dir: Path,
     run_id: str,
     service_url: str | None,
-    concurrency: int,
+    concurrency: int | None,
     task_ids: tuple[str, ...],
 ) -> int:
     """The ``evaluate`` command: evaluate stored generations again (appended; the latest wins)."""
@@ -746,7 +756,7 @@ def execute_evaluate(
                 artifacts,
                 no_generate,
                 model=config.model,
-                concurrency=concurrency,
+                concurrency=concurrency or runner.default_concurrency(model_calls=False),
                 progress=make_progress(),
             )
             stats = await engine.run(plan)

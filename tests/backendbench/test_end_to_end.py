@@ -33,9 +33,9 @@ def fenced(source: str) -> str:
 def script() -> dict[str, list[dict[str, Any]]]:
     """Per-op answers: relu wrong then right, add right at once, mul crashes, sum calls the op, mm right,
     softmax wrong on bf16 only (every turn)."""
-    bf16_wrong_softmax = reference_source("softmax").replace(
-        "def softmax_kernel_impl(x, dim, dtype=None):\n",
-        "def softmax_kernel_impl(x, dim, dtype=None):\n    if x.dtype == torch.bfloat16:\n        return x.clone()\n",
+    bf16_wrong_softmax = reference_source("softmax") + (
+        "\n_right = softmax_kernel_impl\n\n\ndef softmax_kernel_impl(x, dim, dtype=None):\n"
+        "    if x.dtype == torch.bfloat16:\n        return x.clone()\n    return _right(x, dim, dtype)\n"
     )
     return {
         "task smoke/relu:": [{"content": WRONG_RELU}, {"content": fenced(reference_source("relu"))}],

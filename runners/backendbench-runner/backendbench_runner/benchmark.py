@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Literal, cast
 
 import click
 from benchmark_runner.base import BenchmarkRunner, OfflineModel
+from benchmark_runner.batching import BatchingClient
 from benchmark_runner.client import ServiceClient
 from benchmark_runner.llm import LLMConfig
 from benchmark_runner.schemas import EvalResult, GenerationResult, ScoreResult, Task
@@ -31,6 +32,8 @@ from .agent import run_agent
 from .baselines import aten_model, reference_model
 from .options import RunOptions, cli_options
 
+#: Tasks in flight for an offline model when ``--concurrency`` is not given.
+OFFLINE_CONCURRENCY = 1024
 #: ``make_cli``'s default dataset file; loading it means "the tasks of ``--suite``".
 BUNDLED_DATASET = Path(__file__).parent / "data" / "sample.jsonl"
 
@@ -71,19 +74,22 @@ def as_eval_result_data(answer: Any) -> dict[str, Any]:
 
 
 class VerdictClient:
-    """The service client, with ``POST /v1/evaluate`` answers normalised by :func:`as_eval_result_data`.
+    """The service client, with ``POST /v1/evaluate`` answers normalised by :func:`as_eval_result_data`,
+    and evaluations in flight together sent as one ``POST /v1/evaluate-batch`` (:class:`BatchingClient`:
+    the kernel service judges a batch in a few worker jobs instead of one job per op).
 
     So the base class's ``evaluate`` (kept, so ``run`` starts the embedded service) reads either shape.
     """
 
     def __init__(self, inner: ServiceClient) -> None:
         self.inner = inner
+        self.batching = BatchingClient(inner)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
     async def post(self, path: str, body: Any) -> Any:
-        answer = await self.inner.post(path, body)
+        answer = await self.batching.post(path, body)
         return as_eval_result_data(answer) if path == "/v1/evaluate" else answer
 
 
@@ -107,6 +113,11 @@ class BackendBenchRunner(BenchmarkRunner):
         """The ``run`` flags (also used by ``evaluate``/``score`` with the run's stored values)."""
         super().configure(options)
         self.run_options = RunOptions.parse(options)
+
+    def default_concurrency(self, model_calls: bool) -> int:
+        """Every task in flight for an offline model (and ``evaluate``): its kernels cost nothing to
+        write, so they reach the service together and are judged as a few batches (see VerdictClient)."""
+        return super().default_concurrency(model_calls) if model_calls else OFFLINE_CONCURRENCY
 
     @classmethod
     def embedded_service(cls) -> BenchmarkService | None:

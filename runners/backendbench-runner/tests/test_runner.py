@@ -47,7 +47,7 @@ def test_reference_model_passes_the_smoke_suite_end_to_end(
     for task in score["per_task"]:  # default weights: score = overall = correctness x performance
         assert task["score"] == pytest.approx(task["details"]["performance"]) and task["score"] > 0
     for op in SMOKE_OPS:  # kernels/<op>/turn_<n>.py under the run
-        assert f"def {op}_kernel_impl" in (run_dir / "kernels" / op / "turn_0.py").read_text()
+        assert f"{op}_kernel_impl" in (run_dir / "kernels" / op / "turn_0.py").read_text()
 
     report = CliRunner().invoke(cli, ["report", "--run-id", "t"])
     assert report.exit_code == 0, report.output

@@ -20,7 +20,7 @@ import yaml
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, create_model, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -75,6 +75,7 @@ class ServiceConfig(StrictModel):
         default=None, description=f"tenant -> dataset names it may use ({ALL_DATASETS!r}: all)"
     )
     max_body_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
+    max_batch: int = Field(default=1024, gt=0, description="submissions one POST /v1/evaluate-batch may hold")
 
     @model_validator(mode="after")
     def _allowlist_needs_tenants(self) -> ServiceConfig:
@@ -325,8 +326,9 @@ def _conform(value: Any, model: type[M], what: str) -> M:
 
 
 def make_app(service: BenchmarkService, config: ServiceConfig | None = None) -> FastAPI:
-    """The HTTP API of ``service``: ``/v1/evaluate``, ``/v1/score``, ``/v1/datasets/{name}/tasks``,
-    the legacy ``/evaluate-response/`` and ``/final-score/``, and ``/healthz``."""
+    """The HTTP API of ``service``: ``/v1/evaluate``, ``/v1/evaluate-batch`` (many submissions, one
+    answer each), ``/v1/score``, ``/v1/datasets/{name}/tasks``, the legacy ``/evaluate-response/`` and
+    ``/final-score/``, and ``/healthz``."""
     cfg = config or ServiceConfig()
 
     @asynccontextmanager
@@ -389,6 +391,29 @@ def make_app(service: BenchmarkService, config: ServiceConfig | None = None) -> 
         answer = _conform(result, service.evaluate_response_model, "evaluate")
         return JSONResponse(answer.model_dump(mode="json"))
 
+    batch_request, batch_response = _batch_models(service, cfg.max_batch)
+
+    @app.post("/v1/evaluate-batch")
+    async def evaluate_batch(request: Request, tenant: str | None = Depends(authenticate)) -> JSONResponse:
+        body = await _parse(request, batch_request)
+        items: list[Any] = list(body.requests)  # type: ignore[attr-defined]
+        for item in items:
+            check_dataset(tenant, getattr(item, "dataset", None))
+        set_caller(tenant, request.headers.get(RUN_ID_HEADER))
+        results = await _call("evaluate_batch", lambda: service.evaluate_batch(items))
+        if not isinstance(results, (list, tuple)) or len(results) != len(items):
+            raise HTTPError(
+                500,
+                {
+                    "type": "InvalidServiceResponse",
+                    "message": f"evaluate_batch answered {len(results) if isinstance(results, (list, tuple)) else type(results).__name__}"
+                    f" results for {len(items)} requests",
+                    "where": "evaluate_batch",
+                },
+            )
+        answers = [_conform(r, service.evaluate_response_model, "evaluate_batch") for r in results]
+        return JSONResponse({"results": [a.model_dump(mode="json") for a in answers]})
+
     @app.post("/v1/score")
     async def score(request: Request, tenant: str | None = Depends(authenticate)) -> JSONResponse:
         body = await _parse(request, ScoreRequest)
@@ -432,6 +457,7 @@ def make_app(service: BenchmarkService, config: ServiceConfig | None = None) -> 
         app,
         {
             ("post", "/v1/evaluate"): (service.evaluate_request_model, service.evaluate_response_model),
+            ("post", "/v1/evaluate-batch"): (batch_request, batch_response),
             ("post", "/v1/score"): (ScoreRequest, ScoreResult),
             ("get", "/v1/datasets/{name}/tasks"): (None, TaskList),
             ("post", "/evaluate-response/"): (LegacyEvaluateRequest, LegacyEvaluateResponse),
@@ -439,6 +465,22 @@ def make_app(service: BenchmarkService, config: ServiceConfig | None = None) -> 
         },
     )
     return app
+
+
+def _batch_models(service: BenchmarkService, max_batch: int) -> tuple[type[BaseModel], type[BaseModel]]:
+    """Bodies of ``POST /v1/evaluate-batch``: ``{"requests": [<evaluate request>...]}`` in,
+    ``{"results": [<evaluate answer>...]}`` out, in the same order."""
+    request_model: Any = service.evaluate_request_model
+    response_model: Any = service.evaluate_response_model
+    batch_request = create_model(
+        "EvaluateBatchRequest",
+        __base__=StrictModel,
+        requests=(list[request_model], Field(min_length=1, max_length=max_batch)),
+    )
+    batch_response = create_model(
+        "EvaluateBatchResponse", __base__=StrictModel, results=(list[response_model], ...)
+    )
+    return batch_request, batch_response
 
 
 def _document_bodies(

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
+import anyio
 from pydantic import BaseModel
 
 from ..schemas import (
@@ -38,6 +40,22 @@ class BenchmarkService(ABC):
     @abstractmethod
     async def evaluate(self, request: Any) -> BaseModel:
         """Evaluate one submission; ``request`` is an instance of ``evaluate_request_model``."""
+
+    async def evaluate_batch(self, requests: list[Any]) -> Sequence[BaseModel]:
+        """Evaluate many submissions (``POST /v1/evaluate-batch``), one answer each, in order.
+
+        The default runs :meth:`evaluate` on each, concurrently; a service that can judge several at
+        once more cheaply (one worker job for many) overrides it.
+        """
+        results: list[BaseModel | None] = [None] * len(requests)
+
+        async def one(i: int, request: Any) -> None:
+            results[i] = await self.evaluate(request)
+
+        async with anyio.create_task_group() as tg:
+            for i, request in enumerate(requests):
+                tg.start_soon(one, i, request)
+        return [r for r in results if r is not None]
 
     async def score(self, request: ScoreRequest) -> ScoreResult:
         """Aggregate evaluations; the default is the mean score and the share marked correct."""

@@ -30,7 +30,7 @@ from benchmark_runner.schemas import EvalResultData, EvalStatus, ScoreRequest, S
 from benchmark_runner.service import BenchmarkService
 
 from .backendbench.schemas import BackendBenchEvalRequest, BackendBenchEvalResponse
-from .backendbench.service import run_in_pool, suite_tasks
+from .backendbench.service import run_batch_in_pool, run_in_pool, suite_tasks
 from .build_cache import BUILT_MARKER, BuildCache
 from .datasets import ProblemStore
 from .executor import JobRunner
@@ -347,6 +347,46 @@ class KernelService(BenchmarkService):
         if isinstance(req, BackendBenchEvalRequest):
             return (await self.evaluate_backendbench_request(req)).to_eval_result_data()
         return await self.evaluate_kernelbench(req)
+
+    async def evaluate_batch(
+        self, requests: list[KernelEvalRequest | BackendBenchEvalRequest | EvaluateAnyRequest]
+    ) -> list[KernelEvalResponse | EvalResultData]:
+        """``POST /v1/evaluate-batch``: the BackendBench requests judged together (a few worker jobs for
+        all of them: ``backendbench.service.run_batch_in_pool``), the others one by one, concurrently."""
+        reqs = [r.root if isinstance(r, EvaluateAnyRequest) else r for r in requests]
+        answers: list[KernelEvalResponse | EvalResultData | None] = [None] * len(reqs)
+        batch = [i for i, r in enumerate(reqs) if isinstance(r, BackendBenchEvalRequest)]
+
+        async def backendbench() -> None:
+            todo = []
+            for i in batch:
+                req = reqs[i]
+                assert isinstance(req, BackendBenchEvalRequest)
+                if not self.has_gpu and req.options.device == "cuda":
+                    answers[i] = BackendBenchEvalResponse.failure(
+                        req, "requires_gpu", "device 'cuda' requires a CUDA GPU and this service has none"
+                    ).to_eval_result_data()
+                else:
+                    todo.append(i)
+            if todo:
+                assert self.eval_pool is not None
+                chosen = [reqs[i] for i in todo]
+                verdicts = await run_batch_in_pool(self.eval_pool, chosen)  # type: ignore[arg-type]
+                for i, verdict in zip(todo, verdicts, strict=True):
+                    answers[i] = verdict.to_eval_result_data()
+
+        async def kernelbench(i: int) -> None:
+            answers[i] = await self.evaluate(reqs[i])
+
+        if self.eval_pool is None:
+            raise RuntimeError("KernelService.startup() was not called")
+        async with anyio.create_task_group() as tg:
+            if batch:
+                tg.start_soon(backendbench)
+            for i, req in enumerate(reqs):
+                if not isinstance(req, BackendBenchEvalRequest):
+                    tg.start_soon(kernelbench, i)
+        return [a for a in answers if a is not None]
 
     async def evaluate_kernelbench(self, request: KernelEvalRequest) -> KernelEvalResponse:
         """A KernelBench evaluation, answered from the result cache when an identical one was judged."""

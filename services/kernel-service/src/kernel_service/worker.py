@@ -260,6 +260,10 @@ def _run_job(raw: dict[str, Any], jobdir: Path, env: Any, judge: Any, report: An
         from .backendbench.evaluator import evaluate as bb_evaluate
 
         return dict(bb_evaluate(raw["request"], judge))
+    if kind == "backendbench_batch":  # many kernels of one run: one verdict each
+        from .backendbench.evaluator import evaluate_batch
+
+        return evaluate_batch(raw["requests"], judge)
     from . import harness
 
     job = harness.Job.from_dict(raw)

@@ -116,6 +116,10 @@ def compare(
             stack.extend(
                 (ri, oi, f"{w}[{i}]") for i, (ri, oi) in reversed(list(enumerate(zip(r, o, strict=True))))
             )
+        elif isinstance(r, dict):
+            if not isinstance(o, dict) or sorted(r) != sorted(o):
+                return Mismatch(f"{w}: expected keys {sorted(r)}, got {type(o).__name__}"), errors
+            stack.extend((r[k], o[k], f"{w}[{k!r}]") for k in reversed(sorted(r)))
         elif isinstance(r, float) and isinstance(o, (int, float)):
             if not (math.isclose(r, o, rel_tol=1e-6, abs_tol=1e-9) or (math.isnan(r) and math.isnan(o))):
                 return Mismatch(f"{w}: {o!r} != expected {r!r}"), errors

@@ -21,6 +21,7 @@ import time
 import traceback
 import warnings
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ from ..harness import HarnessError, usable_build_dir
 from ..judge import Judge, Run, calibrate, foreign, net, snapshot, unwrap
 from ..schemas import Outcome
 from ..timing import CpuTimer, GpuTimer, PrepError
-from ..transport import extent
+from ..transport import extent, layout_bytes
 from .compare import compare, tolerance
 from .detect import forbidden_packets, packet_name, tampering
 from .schemas import BackendBenchEvalRequest, BackendBenchEvalResponse, InputResult
@@ -269,6 +270,137 @@ def _side_check(run: Run, case: Case, req: BackendBenchEvalRequest) -> tuple[Inp
     )  # fmt: skip
 
 
+#: Inputs of one op checked per side call (below both caps), and the source of the functions that run
+#: them there. A side answers one call with every output, so an op costs two round trips, not two per
+#: input. Anything unusual (a kernel that raised, refused outputs) is checked again one input at a time.
+GROUP_CASES = 64
+GROUP_BYTES = 64 << 20
+
+CANDIDATE_DRIVER = '''import sys
+
+_kernel = getattr(sys.modules[{module!r}], {function!r})
+
+
+def bb_calls(calls):
+    """Each (args, kwargs) through the kernel: (True, its output), or (False, None) when it raised."""
+    out = []
+    for args, kwargs in calls:
+        try:
+            out.append((True, _kernel(*args, **kwargs)))
+        except Exception:
+            out.append((False, None))
+    return out
+'''
+RESTORE_KERNEL = """import sys
+
+{function} = getattr(sys.modules[{module!r}], {function!r})
+"""
+REFERENCE_DRIVER = '''import torch
+
+
+def bb_reference(calls):
+    """Each (aten overload name, args, kwargs) called: (True, its output), or (False, None) when the op
+    rejects the input."""
+    out = []
+    for name, args, kwargs in calls:
+        try:
+            op = torch.ops
+            for part in name.split("."):
+                op = getattr(op, part)
+            out.append((True, op(*args, **kwargs)))
+        except Exception:
+            out.append((False, None))
+    return out
+'''
+
+
+def _groups(cases: list[Case]) -> list[list[Case]]:
+    """``cases`` in runs of at most GROUP_CASES inputs and GROUP_BYTES of tensors."""
+    groups: list[list[Case]] = []
+    size = 0
+    for case in cases:
+        n = layout_bytes((case.args, case.kwargs))
+        if not groups or len(groups[-1]) >= GROUP_CASES or size + n > GROUP_BYTES:
+            groups.append([])
+            size = 0
+        groups[-1].append(case)
+        size += n
+    return groups
+
+
+def _grouped_check(
+    sides: Sides, req: BackendBenchEvalRequest, cases: list[Case]
+) -> list[tuple[Case, InputResult | None, set[str]]] | None:
+    """``cases`` through both sides in one call each: per input, its result (None: the op rejects it, not
+    a test) and the ops the kernel called. None when the group must be checked input by input: the
+    kernel raised on some input (its own call gives the message) or a side refused the group's outputs."""
+    run = sides.run
+    sides.use("reference", "driver")
+    sides.use("candidate", "driver")
+    ref_calls = [(str(c.overload), list(c.args), dict(c.kwargs)) for c in cases]
+    try:
+        ref_call = run.call("reference", [ref_calls])
+    except HarnessError:
+        if not sides.alive("reference"):
+            raise
+        return None
+    try:
+        ker_call = run.call(
+            "candidate", [[(list(c.args), dict(c.kwargs)) for c in cases]], extra={"record": True}
+        )
+    except HarnessError:
+        if not sides.alive("candidate"):
+            raise
+        return None
+    ref_out, ker_out = ref_call.out, ker_call.out
+    if not _pairs(ref_out, len(cases)) or not _pairs(ker_out, len(cases)):
+        return None
+    if not all(ok for ok, _ in ker_out):
+        return None  # the kernel raised on some input: its own call reports the error
+    called = {str(c) for c in (ker_call.reply.get("called") or [])[:1000]}
+    ref_after = ref_call.inputs_after()[0][0]
+    ker_after = clone_value(ker_call.inputs_after()[0][0])
+    ref_packed, ker_packed = ref_call.packed[0][0], ker_call.packed[0][0]
+    found: list[tuple[Case, InputResult | None, set[str]]] = []
+    for i, case in enumerate(cases):
+        ok, ref_i = ref_out[i]
+        if not ok:
+            found.append((case, None, set()))
+            continue
+        out = snapshot(ker_out[i][1])
+        if why := foreign(out):
+            result = _result(case, req)
+            result.error = why
+            found.append((case, result, called))
+            continue
+        ref_inputs = (list(ref_after[i][1]), ref_after[i][2])
+        ker_inputs = (list(ker_after[i][0]), ker_after[i][1])
+        result = judge_case(
+            case, req, unwrap(ref_i), ref_inputs, _side_aliases(ref_i, ref_packed[i][1:]),
+            out, ker_inputs, _side_aliases(ker_out[i][1], ker_packed[i]),
+        )  # fmt: skip
+        found.append((case, result, called))
+    return found
+
+
+def _groupable(cases: list[Case]) -> bool:
+    """Whether ``cases`` may share one call: more than one, and none of an op whose result depends on
+    where its input lies in memory (``as_strided*`` take absolute storage offsets; grouped inputs do
+    not start at offset 0 as a lone input does)."""
+    return len(cases) > 1 and not any(
+        c.overload.overloadpacket.__name__.startswith("as_strided") for c in cases
+    )
+
+
+def _pairs(out: Any, n: int) -> bool:
+    """Whether a driver's answer has the expected shape: ``n`` (flag, output) pairs."""
+    return (
+        isinstance(out, list)
+        and len(out) == n
+        and all(isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], bool) for p in out)
+    )
+
+
 def _feedback(resp: BackendBenchEvalResponse, cheat: str | None, limit: int) -> str:
     head = (
         f"op {resp.op} (suite {resp.suite}, device {resp.device}): "
@@ -306,15 +438,34 @@ def _quiet() -> Iterator[None]:
         yield
 
 
-def evaluate_request(req: BackendBenchEvalRequest, judge: Judge | None = None) -> BackendBenchEvalResponse:
-    """The verdict for one kernel on one op of one suite (``judge``: as for :func:`evaluate`)."""
-    judge = judge or default_judge()
+@dataclass
+class Prepared:
+    """One request made ready to judge: its inputs (built once, on the device), what it may not call."""
+
+    req: BackendBenchEvalRequest
+    device: str
+    base: dict[str, Any]
+    correctness: list[Case]
+    perf: list[Case]
+    forbidden: set[str]
+    started: float
+
+
+def _done(resp: BackendBenchEvalResponse, started: float) -> BackendBenchEvalResponse:
+    resp.duration_s = time.perf_counter() - started
+    return resp
+
+
+def prepare(req: BackendBenchEvalRequest) -> Prepared | BackendBenchEvalResponse:
+    """Device, inputs and forbidden ops for ``req``, or the verdict when there is nothing to judge (no
+    inputs, a tampering source, no GPU). The seed is set here, so an op's inputs are the same whether it
+    is judged alone or in a batch."""
     started = time.perf_counter()
     opts = req.options
     try:
         device = resolve_device(opts.device)
     except RuntimeError as exc:
-        return BackendBenchEvalResponse.failure(req, "requires_gpu", str(exc))
+        return _done(BackendBenchEvalResponse.failure(req, "requires_gpu", str(exc)), started)
     dtypes = opts.dtypes or default_dtypes(device)
     torch.manual_seed(opts.seed)
     base: dict[str, Any] = {
@@ -325,124 +476,323 @@ def evaluate_request(req: BackendBenchEvalRequest, judge: Judge | None = None) -
         "torch_version": torch.__version__,
         "tolerances": {d: list(tolerance(dtype_of(d), opts.atol, opts.rtol)) for d in dtypes},
     }
-
-    def done(resp: BackendBenchEvalResponse) -> BackendBenchEvalResponse:
-        resp.duration_s = time.perf_counter() - started
-        return resp
-
     with _quiet():
         try:
-            correctness_cases, perf_cases = build_cases(
+            correctness, perf = build_cases(
                 req.op, req.suite, device=device, dtypes=dtypes, seed=opts.seed,
                 max_inputs=opts.max_inputs, trace_file=opts.trace_file,
             )  # fmt: skip
         except (UnknownOpError, SpecError, OSError) as exc:
-            return done(
-                BackendBenchEvalResponse(**base, outcome="no_inputs", correctness=0.0, feedback=str(exc))
-            )
-        if not correctness_cases:
+            resp = BackendBenchEvalResponse(**base, outcome="no_inputs", correctness=0.0, feedback=str(exc))
+            return _done(resp, started)
+        if not correctness:
             msg = f"no sample inputs for op {req.op!r} in suite {req.suite} with dtypes {dtypes} on {device}"
-            return done(BackendBenchEvalResponse(**base, outcome="no_inputs", correctness=0.0, feedback=msg))
+            resp = BackendBenchEvalResponse(**base, outcome="no_inputs", correctness=0.0, feedback=msg)
+            return _done(resp, started)
         if opts.detect_original_op and (name := tampering(req.source)):
             msg = (
                 f"The source uses `{name}`, a dispatch-mode internal that could hide calls to the op under "
                 "test; kernels may not touch torch's dispatch machinery."
             )
-            return done(
-                BackendBenchEvalResponse(**base, outcome="calls_original_op", correctness=0.0, feedback=msg)
+            resp = BackendBenchEvalResponse(
+                **base, outcome="calls_original_op", correctness=0.0, feedback=msg
             )
-        with tempfile.TemporaryDirectory(prefix="backendbench-", dir=judge.tmp) as tmp:
-            forbidden = (
-                forbidden_packets(req.op, correctness_cases + perf_cases)
-                if opts.detect_original_op
-                else set()
+            return _done(resp, started)
+        forbidden = forbidden_packets(req.op, correctness + perf) if opts.detect_original_op else set()
+    return Prepared(req, device, base, correctness, perf, forbidden, started)
+
+
+class Sides:
+    """The side processes of one :class:`Run`: a reference process that serves every op of the run (it
+    runs aten ops only), and a candidate process that is forked afresh per op unless ops share it (a
+    batch). ``loaded`` counts the kernels the current candidate process has imported."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.loaded = 0
+        #: whether the kernel being judged joined a candidate process that held other kernels
+        self.shared = False
+        #: what each side's callable is now: "kernel" (or the op itself), or "driver" (many inputs a call)
+        self.callable: dict[str, str] = {}
+        #: the module and function of the kernel the candidate process loaded last
+        self.kernel: tuple[str, str] | None = None
+        self.build_dir = usable_build_dir(run.workdir / "build", run.workdir)
+
+    def alive(self, role: str) -> bool:
+        side = self.run.sides.get(role)
+        return side is not None and side.alive
+
+    def start(self, role: str) -> None:
+        """Fork ``role`` afresh (killing the old one) with arenas of its own."""
+        run = self.run
+        if role in run.sides:
+            run.kill(role)
+            for which in ("in", "out"):  # the new process has mapped none of the old one's arenas
+                arena = run.arenas.pop((role, which), None)
+                if arena is not None:
+                    arena.close()
+        run.fork(role, self.build_dir)
+        run.ask(role, {"op": "setup", "device": str(run.device), "build_dir": self.build_dir})
+        self.callable[role] = "kernel"
+        if role == "candidate":
+            self.loaded = 0
+            self.kernel = None
+
+    def use(self, role: str, what: str) -> bool:
+        """Make ``role``'s callable the driver that runs many inputs a call, or the kernel again; False
+        when that cannot be done (the kernel's module is gone: it removed itself)."""
+        if self.callable.get(role) == what:
+            return True
+        if role == "reference":
+            source, function = REFERENCE_DRIVER, "bb_reference"
+        elif self.kernel is None:
+            return False
+        elif what == "driver":
+            source, function = (
+                CANDIDATE_DRIVER.format(module=self.kernel[0], function=self.kernel[1]),
+                "bb_calls",
             )
-            run = Run(judge, Path(tmp), torch.device(device), opts.timeout_s)
+        else:
+            source = RESTORE_KERNEL.format(module=self.kernel[0], function=self.kernel[1])
+            function = self.kernel[1]
+        if not self.run.ask(role, {"op": "load_fn", "source": source, "function": function}).get("ok"):
+            return False
+        self.callable[role] = what
+        return True
+
+    def deadline(self, timeout_s: float) -> None:
+        """``timeout_s`` from now for every reply of either side (each op of a batch has its own)."""
+        run = self.run
+        run.timeout_s = timeout_s
+        run.deadline = time.monotonic() + timeout_s
+        for side in run.sides.values():
+            side.deadline = run.deadline
+
+    def candidate(self, shared: bool) -> bool:
+        """Make the candidate process ready for the next kernel; True when it already holds others'."""
+        if not self.alive("reference"):
+            self.start("reference")
+        self.shared = shared and self.alive("candidate") and self.loaded > 0
+        if not self.shared:
+            self.start("candidate")
+        return self.shared
+
+
+def _harness_verdict(prep: Prepared, err: HarnessError) -> BackendBenchEvalResponse:
+    outcome = {Outcome.TIMEOUT: "timeout", Outcome.COMPILATION_FAILURE: "load_error"}.get(
+        err.outcome, err.outcome.value
+    )
+    return BackendBenchEvalResponse(**prep.base, outcome=outcome, correctness=0.0, feedback=err.message)
+
+
+def judge_prepared(sides: Sides, prep: Prepared, shared: bool = False) -> BackendBenchEvalResponse:
+    """The verdict for one prepared request. ``shared``: the kernel may join the kernels already loaded
+    in the candidate process (a batch); a verdict other than correct reached there is reached again in a
+    candidate process of its own, so one kernel cannot fail another (a correct one cannot be forged: the
+    judge reads every output itself)."""
+    sides.run.phase = "startup"
+    sides.deadline(prep.req.options.timeout_s)
+    sides.shared = False
+    try:
+        resp = _attempt(sides, prep, shared)
+    except HarnessError as err:
+        resp = _harness_verdict(prep, err)
+    if sides.shared and resp.outcome != "correct":
+        sides.deadline(prep.req.options.timeout_s)
+        try:
+            resp = _attempt(sides, prep, False)
+        except HarnessError as err:
+            resp = _harness_verdict(prep, err)
+    return _done(resp, prep.started)
+
+
+def _attempt(sides: Sides, prep: Prepared, shared: bool) -> BackendBenchEvalResponse:
+    """One go at the verdict (``sides.shared`` says whether the candidate process held other kernels)."""
+    run, req = sides.run, prep.req
+    ran_shared = sides.candidate(shared)
+    loaded = _load(sides, req, prep.base)
+    if loaded is not None:
+        return loaded
+    checked = _check(sides, prep)
+    if checked.dead_context:  # the candidate's CUDA context is poisoned: no later kernel may use it
+        run.kill("candidate")
+    resp = _verdict(prep, checked)
+    if resp.correctness and req.options.measure_performance and checked.perf:
+        if ran_shared:  # timed in a process of its own, as when judged alone
+            sides.start("candidate")
+            if (again := _load(sides, req, prep.base)) is not None:
+                return again
+        else:
+            _kernel_callable(sides, req, prep.base)
+        run.phase = "timing"
+        n = len(checked.correctness)
+        _time_cases(run, req, checked.perf, resp.inputs[n:])  # kills the candidate
+        speedups = [r.speedup for r in resp.inputs[n:] if r.speedup]
+        resp.performance = math.exp(sum(math.log(s) for s in speedups) / len(speedups)) if speedups else 1.0
+        if not all(r.correct for r in resp.inputs):  # a timed output differed from the op's
+            resp.correctness, resp.performance, resp.outcome = 0.0, 1.0, "incorrect"
+            resp.n_correct = sum(r.correct for r in resp.inputs)
+        resp.overall = resp.correctness * resp.performance
+        resp.feedback = _feedback(resp, checked.cheat(req, prep.forbidden), req.options.feedback_chars)
+    return resp
+
+
+def evaluate_request(req: BackendBenchEvalRequest, judge: Judge | None = None) -> BackendBenchEvalResponse:
+    """The verdict for one kernel on one op of one suite (``judge``: as for :func:`evaluate`)."""
+    judge = judge or default_judge()
+    prep = prepare(req)
+    if isinstance(prep, BackendBenchEvalResponse):
+        return prep
+    with _quiet(), tempfile.TemporaryDirectory(prefix="backendbench-", dir=judge.tmp) as tmp:
+        run = Run(judge, Path(tmp), torch.device(prep.device), req.options.timeout_s)
+        try:
+            return judge_prepared(Sides(run), prep)
+        finally:
+            run.close()
+
+
+def evaluate_batch(requests: list[dict[str, Any]], judge: Judge | None = None) -> dict[str, Any]:
+    """Many kernels (one run's) in one job: ``{"verdicts": [...]}`` in the order of ``requests``.
+
+    The ops of one device share one :class:`Run`: one reference process, and one candidate process into
+    which each kernel is loaded in turn (a fresh one after a crash or a timeout, and for every timing);
+    each op gets its own inputs (made once, on the device), its own deadline and its own verdict, equal
+    to the verdict it gets alone (see :func:`judge_prepared`). Raises ``pydantic.ValidationError`` if a
+    request is malformed.
+    """
+    judge = judge or default_judge()
+    reqs = [BackendBenchEvalRequest.model_validate(r) for r in requests]
+    verdicts: list[BackendBenchEvalResponse | None] = [None] * len(reqs)
+    groups: dict[str, list[int]] = {}
+    for i, req in enumerate(reqs):
+        try:
+            groups.setdefault(resolve_device(req.options.device), []).append(i)
+        except RuntimeError as exc:
+            verdicts[i] = BackendBenchEvalResponse.failure(req, "requires_gpu", str(exc))
+    for device, indices in groups.items():
+        with _quiet(), tempfile.TemporaryDirectory(prefix="backendbench-batch-", dir=judge.tmp) as tmp:
+            run = Run(judge, Path(tmp), torch.device(device), reqs[indices[0]].options.timeout_s)
+            sides = Sides(run)
             try:
-                return done(_run(run, req, correctness_cases, perf_cases, forbidden, base))
-            except HarnessError as err:
-                outcome = {Outcome.TIMEOUT: "timeout", Outcome.COMPILATION_FAILURE: "load_error"}.get(
-                    err.outcome, err.outcome.value
-                )
-                return done(
-                    BackendBenchEvalResponse(**base, outcome=outcome, correctness=0.0, feedback=err.message)
-                )
+                for i in indices:
+                    prep = prepare(reqs[i])
+                    verdicts[i] = (
+                        prep
+                        if isinstance(prep, BackendBenchEvalResponse)
+                        else judge_prepared(sides, prep, shared=True)
+                    )
             finally:
                 run.close()
+    assert all(v is not None for v in verdicts)
+    return {"verdicts": [v.model_dump(mode="json") for v in verdicts if v is not None]}
 
 
-def _run(
-    run: Run,
-    req: BackendBenchEvalRequest,
-    correctness_cases: list[Case],
-    perf_cases: list[Case],
-    forbidden: set[str],
-    base: dict[str, Any],
-) -> BackendBenchEvalResponse:
-    build_dir = usable_build_dir(run.workdir / "build", run.workdir)
-    setup = {"op": "setup", "device": str(run.device), "build_dir": build_dir}
-    for role in ("reference", "candidate"):
-        run.fork(role, build_dir)
-        run.ask(role, setup)
-    loaded = run.ask("candidate", {"op": "load_fn", "source": req.source, "function": req.function_name})
-    if not loaded.get("ok"):
-        outcome = (
-            str(loaded.get("outcome"))
-            if loaded.get("outcome") in ("load_error", "missing_function")
-            else "load_error"
+def _load(
+    sides: Sides, req: BackendBenchEvalRequest, base: dict[str, Any]
+) -> BackendBenchEvalResponse | None:
+    """Import the kernel in the candidate process; the verdict when that fails."""
+    loaded = sides.run.ask(
+        "candidate", {"op": "load_fn", "source": req.source, "function": req.function_name}
+    )
+    sides.loaded += 1
+    if loaded.get("ok"):
+        sides.callable["candidate"] = "kernel"
+        sides.kernel = (Path(str(loaded.get("file", ""))).stem, req.function_name)
+        return None
+    outcome = (
+        str(loaded.get("outcome"))
+        if loaded.get("outcome") in ("load_error", "missing_function")
+        else "load_error"
+    )
+    message = str(loaded.get("message", ""))[:MAX_ERROR_CHARS]
+    if outcome == "load_error":
+        message = f"the source failed to import: {_trim(str(loaded.get('traceback') or message)[-MAX_ERROR_CHARS:])}"
+    return BackendBenchEvalResponse(**base, outcome=outcome, correctness=0.0, feedback=message)
+
+
+def _kernel_callable(sides: Sides, req: BackendBenchEvalRequest, base: dict[str, Any]) -> None:
+    """The kernel itself as the candidate's callable again (imported anew if it cannot be restored)."""
+    if not sides.use("candidate", "kernel") and (failed := _load(sides, req, base)) is not None:
+        raise HarnessError(Outcome.EXECUTION_FAILURE, failed.feedback)
+
+
+@dataclass
+class Checked:
+    """What the correctness pass found: one result per input that is a test, the ops the kernel called."""
+
+    results: list[InputResult]
+    called: set[str]
+    correctness: list[Case]
+    perf: list[Case]
+    dead_context: bool
+
+    def cheat(self, req: BackendBenchEvalRequest, forbidden: set[str]) -> str | None:
+        cheats = sorted(self.called & forbidden)
+        if not cheats:
+            return None
+        return (
+            f"Your kernel calls {', '.join(cheats)}: that is the op under test (or an equivalent). "
+            f"Implement {req.op} yourself (Triton, C++/CUDA or other torch ops) instead of calling it."
         )
-        message = str(loaded.get("message", ""))[:MAX_ERROR_CHARS]
-        if outcome == "load_error":
-            message = f"the source failed to import: {_trim(str(loaded.get('traceback') or message)[-MAX_ERROR_CHARS:])}"
-        return BackendBenchEvalResponse(**base, outcome=outcome, correctness=0.0, feedback=message)
+
+
+def _check(sides: Sides, prep: Prepared) -> Checked:
+    """Every input through both sides, a group of inputs a call where the group passes (inputs the op
+    itself rejects are not tests)."""
+    run, req = sides.run, prep.req
+    correctness_cases, perf_cases = prep.correctness, prep.perf
     results: list[InputResult] = []
     called_all: set[str] = set()
     dead_context = False
     kept_correctness: list[Case] = []
     kept_perf: list[Case] = []
     run.phase = "correctness"
-    for case in correctness_cases + perf_cases:
+    for group in _groups(correctness_cases + perf_cases):
+        found = _grouped_check(sides, req, group) if _groupable(group) else None
+        if found is None:
+            _kernel_callable(sides, req, prep.base)
+            found = []
+            for case in group:
+                result, called = _side_check(run, case, req)
+                found.append((case, result, called))
+                if result is not None and result.error and "CUDA error" in result.error:
+                    break  # the context is poisoned
+        for case, result, called in found:
+            if result is None:
+                continue
+            (kept_correctness if case.kind == "correctness" else kept_perf).append(case)
+            result.index = len(results)
+            results.append(result)
+            called_all |= called
+            dead_context = bool(result.error and "CUDA error" in result.error)
+            if dead_context:
+                break
         if dead_context:
             break
-        result, called = _side_check(run, case, req)
-        if result is None:
-            continue
-        (kept_correctness if case.kind == "correctness" else kept_perf).append(case)
-        result.index = len(results)
-        results.append(result)
-        called_all |= called
-        dead_context = bool(result.error and "CUDA error" in result.error)  # the context is poisoned
-    cheats = sorted(called_all & forbidden)
-    cheat = None
-    if cheats:
-        cheat = (
-            f"Your kernel calls {', '.join(cheats)}: that is the op under test (or an equivalent). "
-            f"Implement {req.op} yourself (Triton, C++/CUDA or other torch ops) instead of calling it."
-        )
     if dead_context:
         kept_correctness, kept_perf = correctness_cases, perf_cases  # the rest did not run: not all correct
-    correctness_cases, perf_cases = kept_correctness, kept_perf
-    n_corr = len(correctness_cases)
-    all_ok = bool(results) and len(results) == n_corr + len(perf_cases) and all(r.correct for r in results)
-    correctness = 1.0 if all_ok and not cheats else 0.0
-    performance = 1.0
-    if correctness and req.options.measure_performance and perf_cases:
-        run.phase = "timing"
-        _time_cases(run, req, perf_cases, results[n_corr:])
-        speedups = [r.speedup for r in results[n_corr:] if r.speedup]
-        performance = math.exp(sum(math.log(s) for s in speedups) / len(speedups)) if speedups else 1.0
-    outcome = "correct" if correctness else ("calls_original_op" if cheats else "incorrect")
+    return Checked(results, called_all, kept_correctness, kept_perf, dead_context)
+
+
+def _verdict(prep: Prepared, checked: Checked) -> BackendBenchEvalResponse:
+    """The verdict from the correctness pass (performance 1 until the inputs are timed)."""
+    req, results = prep.req, checked.results
+    cheat = checked.cheat(req, prep.forbidden)
+    n_corr = len(checked.correctness)
+    all_ok = bool(results) and len(results) == n_corr + len(checked.perf) and all(r.correct for r in results)
+    correctness = 1.0 if all_ok and cheat is None else 0.0
+    outcome = "correct" if correctness else ("calls_original_op" if cheat else "incorrect")
     resp = BackendBenchEvalResponse(
-        **base,
+        **prep.base,
         outcome=outcome,
         correctness=correctness,
-        performance=performance,
-        overall=correctness * performance,
+        performance=1.0,
+        overall=correctness,
         n_correctness_inputs=n_corr,
-        n_perf_inputs=len(perf_cases),
+        n_perf_inputs=len(checked.perf),
         n_correct=sum(r.correct for r in results),
         inputs=results,
-        aten_ops_called=sorted(called_all),
+        aten_ops_called=sorted(checked.called),
     )
     resp.feedback = _feedback(resp, cheat, req.options.feedback_chars)
     return resp

@@ -1,7 +1,8 @@
 """BackendBench over HTTP: run the evaluator in the kernel service's sandboxed worker subprocesses.
 
 ``run_in_pool`` is the one call a service needs (KernelService can call it with its own eval pool for
-requests whose ``kind`` is "backendbench"). ``BackendBenchService`` is a complete service on its own:
+requests whose ``kind`` is "backendbench"); ``run_batch_in_pool`` judges many kernels of one run in a
+few worker jobs (``POST /v1/evaluate-batch``). ``BackendBenchService`` is a complete service on its own:
 ``POST /v1/evaluate`` takes a :class:`BackendBenchEvalRequest` and answers the framework's generic
 ``EvalResultData`` (score = overall, the full verdict in ``details``), ``GET /v1/datasets/backendbench-<suite>/tasks``
 lists one task per op. A kernel that hangs, segfaults or floods output costs only its own worker.
@@ -9,11 +10,13 @@ lists one task per op. A kernel that hangs, segfaults or floods output costs onl
 
 from __future__ import annotations
 
+import math
 import tempfile
 import uuid
 from pathlib import Path
 from typing import Any, ClassVar
 
+import anyio
 from pydantic import ValidationError
 
 from benchmark_runner.schemas import EvalResultData
@@ -46,6 +49,71 @@ async def run_in_pool(pool: JobRunner, request: BackendBenchEvalRequest) -> Back
         return BackendBenchEvalResponse.failure(
             request, "sandbox_error", f"the worker answered an invalid verdict: {exc}"
         )
+
+
+#: Kernels one worker job judges at most: a batch is split into at least one job per worker, and into
+#: jobs of at most this many ops, so other runs get turns at a worker between them.
+MAX_OPS_PER_JOB = 128
+
+
+def split_batch(n: int, workers: int, max_per_job: int = MAX_OPS_PER_JOB) -> list[range]:
+    """``range(n)`` in contiguous, nearly equal chunks: one per worker at least, none over ``max_per_job``."""
+    if n <= 0:
+        return []
+    chunks = min(n, max(workers, math.ceil(n / max_per_job)))
+    bounds = [round(i * n / chunks) for i in range(chunks + 1)]
+    return [range(bounds[i], bounds[i + 1]) for i in range(chunks)]
+
+
+async def run_batch_in_pool(
+    pool: JobRunner, requests: list[BackendBenchEvalRequest]
+) -> list[BackendBenchEvalResponse]:
+    """Judge ``requests`` (one run's kernels) in a few worker jobs (see :func:`split_batch`), one verdict
+    each, in order. A job that fails as a whole (its worker died or overran the job's time) is not a
+    verdict on its kernels: each of them is judged again alone."""
+    verdicts: list[BackendBenchEvalResponse | None] = [None] * len(requests)
+
+    async def one_job(chunk: range) -> None:
+        reqs = [requests[i] for i in chunk]
+        for i, verdict in zip(chunk, await _batch_job(pool, reqs), strict=True):
+            verdicts[i] = verdict
+
+    async with anyio.create_task_group() as tg:
+        for chunk in split_batch(len(requests), pool.size):
+            tg.start_soon(one_job, chunk)
+    return [v for v in verdicts if v is not None]
+
+
+async def _batch_job(
+    pool: JobRunner, requests: list[BackendBenchEvalRequest]
+) -> list[BackendBenchEvalResponse]:
+    if len(requests) == 1:
+        return [await run_in_pool(pool, requests[0])]
+    job = {
+        "job_id": uuid.uuid4().hex[:12],
+        "kind": "backendbench_batch",
+        "requests": [r.model_dump(mode="json") for r in requests],
+    }
+    # Each kernel may be judged twice (again alone when a shared process failed it) within its timeout.
+    timeout = 2 * sum(r.options.timeout_s for r in requests) + KILL_GRACE_S
+    reply, _waited = await pool.run(job, timeout)
+    answers = (reply.result or {}).get("verdicts")
+    if isinstance(answers, list) and len(answers) == len(requests):
+        out = []
+        for request, answer in zip(requests, answers, strict=True):
+            try:
+                out.append(BackendBenchEvalResponse.model_validate(answer))
+            except ValidationError as exc:
+                out.append(
+                    BackendBenchEvalResponse.failure(
+                        request, "sandbox_error", f"the worker answered an invalid verdict: {exc}"
+                    )
+                )
+        return out
+    verdicts: list[BackendBenchEvalResponse] = []
+    for request in requests:  # the job failed as a whole: each kernel alone
+        verdicts.append(await run_in_pool(pool, request))
+    return verdicts
 
 
 def suite_tasks(dataset: str) -> list[dict[str, Any]]:
@@ -105,6 +173,12 @@ class BackendBenchService(BenchmarkService):
         if self.pool is None:
             raise RuntimeError("BackendBenchService.startup() was not called")
         return (await run_in_pool(self.pool, request)).to_eval_result_data()
+
+    async def evaluate_batch(self, requests: list[BackendBenchEvalRequest]) -> list[EvalResultData]:
+        """Many kernels of one run in a few worker jobs (``POST /v1/evaluate-batch``)."""
+        if self.pool is None:
+            raise RuntimeError("BackendBenchService.startup() was not called")
+        return [v.to_eval_result_data() for v in await run_batch_in_pool(self.pool, requests)]
 
     async def list_tasks(self, dataset: str) -> list[dict[str, Any]]:
         return suite_tasks(dataset)

@@ -3,7 +3,8 @@
 Arguments are described in JSON (never ``eval``): ``{"T": [2, 3], "dtype": "f32", "stride": [1, 2]}``
 is a tensor, lists and scalars are themselves. ``"dtype": "$"`` stands for the dtype under test, so one
 spec serves float32 and bfloat16 alike. ``"init"`` picks the values (randn, rand, randint, ones, zeros,
-special: a mix of 0, -0, +-inf, nan, huge and tiny numbers).
+special: a mix of 0, -0, +-inf, nan, huge and tiny numbers). ``{"device": "$"}``, ``{"layout": "strided"}``
+and ``{"memory_format": "channels_last"}`` are the evaluation device, a layout and a memory format.
 """
 
 from __future__ import annotations
@@ -23,13 +24,32 @@ DTYPE_NAMES: dict[str, torch.dtype] = {
     "i8": torch.int8,
     "u8": torch.uint8,
     "b8": torch.bool,
+    "c64": torch.complex64,
+    "c128": torch.complex128,
     "float64": torch.float64,
     "float32": torch.float32,
     "float16": torch.float16,
     "bfloat16": torch.bfloat16,
     "int64": torch.int64,
     "int32": torch.int32,
+    "int16": torch.int16,
+    "int8": torch.int8,
+    "uint8": torch.uint8,
+    "complex64": torch.complex64,
+    "complex128": torch.complex128,
     "bool": torch.bool,
+}
+#: Non-tensor torch values an arg spec may name (``{"layout": "strided"}``, ``{"memory_format": ...}``).
+LAYOUTS: dict[str, torch.layout] = {
+    "strided": torch.strided,
+    "sparse_coo": torch.sparse_coo,
+    "sparse_csr": torch.sparse_csr,
+}
+MEMORY_FORMATS: dict[str, torch.memory_format] = {
+    "contiguous_format": torch.contiguous_format,
+    "channels_last": torch.channels_last,
+    "channels_last_3d": torch.channels_last_3d,
+    "preserve_format": torch.preserve_format,
 }
 SHORT_NAMES: dict[torch.dtype, str] = {
     torch.float64: "f64",
@@ -42,6 +62,8 @@ SHORT_NAMES: dict[torch.dtype, str] = {
     torch.int8: "i8",
     torch.uint8: "u8",
     torch.bool: "b8",
+    torch.complex64: "c64",
+    torch.complex128: "c128",
 }
 
 
@@ -65,6 +87,8 @@ def _extent(size: list[int], stride: list[int]) -> int:
 def _values(n: int, dtype: torch.dtype, init: str, gen: torch.Generator) -> torch.Tensor:
     if dtype == torch.bool:
         return torch.randint(0, 2, (n,), generator=gen).bool()
+    if dtype in (torch.uint8, torch.uint16, torch.uint32, torch.uint64):
+        return torch.randint(0, 10, (n,), generator=gen).to(dtype)
     if not dtype.is_floating_point or init == "randint":
         return torch.randint(-8, 9, (n,), generator=gen).to(dtype)
     if init == "rand":
@@ -102,6 +126,12 @@ def build_arg(spec: Any, dtype: torch.dtype, device: str, gen: torch.Generator) 
         if "T" not in spec:
             if "dtype" in spec and len(spec) == 1:  # a dtype argument, e.g. sum(x, dtype=...)
                 return dtype if spec["dtype"] == "$" else dtype_of(spec["dtype"])
+            if "device" in spec and len(spec) == 1:  # a device argument: always the evaluation device
+                return torch.device(device)
+            if "layout" in spec and len(spec) == 1 and spec["layout"] in LAYOUTS:
+                return LAYOUTS[spec["layout"]]
+            if "memory_format" in spec and len(spec) == 1 and spec["memory_format"] in MEMORY_FORMATS:
+                return MEMORY_FORMATS[spec["memory_format"]]
             raise SpecError(f"a dict arg must be a tensor spec with key 'T' (got keys {sorted(spec)})")
         size = [int(s) for s in spec["T"]]
         dt = dtype if spec.get("dtype", "$") == "$" else dtype_of(spec["dtype"])
