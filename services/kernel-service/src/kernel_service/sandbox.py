@@ -134,35 +134,32 @@ def launch_prefix(
     return [*cmd, "--"]
 
 
-#: Variables a worker may inherit; everything else (API keys, tokens, cloud credentials) is dropped.
-ENV_ALLOW = (
-    "PATH",
-    "LANG",
-    "LC_ALL",
-    "TERM",
-    "TZ",
-    "VIRTUAL_ENV",
-    "LD_LIBRARY_PATH",
-    "CC",
-    "CXX",
-    "MAX_JOBS",
-)
-ENV_ALLOW_PREFIXES = ("CUDA", "NVIDIA_", "TORCH", "TRITON", "PYTHON", "OMP_", "MKL_", "NCCL_", "KS_", "CPATH")
+#: Variables a worker inherits from the service, each by its exact name: what Python, compilers and CUDA
+#: need. Everything else is dropped, whatever its name (a secret may be called anything, ``KS_DB_PASSWORD``
+#: or ``TORCH_HUB_CREDENTIALS`` included); the service hands its own settings to a worker explicitly
+#: (``extra``: devices, threads, sandbox settings, MPS pipes).
+ENV_ALLOW = frozenset(
+    {
+        "PATH", "LANG", "LC_ALL", "TERM", "TZ", "VIRTUAL_ENV",
+        "PYTHONPATH", "PYTHONHASHSEED",
+        "LD_LIBRARY_PATH", "LIBRARY_PATH", "CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH",
+        "CC", "CXX", "MAX_JOBS",
+        "CUDA_HOME", "CUDA_PATH", "CUDA_MODULE_LOADING", "TORCH_CUDA_ARCH_LIST",
+        "TRITON_PTXAS_PATH", "TRITON_CUOBJDUMP_PATH", "TRITON_NVDISASM_PATH", "TRITON_LIBCUDA_PATH",
+    }
+)  # fmt: skip
 
 
 def worker_environment(
     parent: Mapping[str, str], tmp: Path, extra: Mapping[str, str] | None = None
 ) -> dict[str, str]:
-    """An allow-listed environment for a worker: no secrets of the service leak into a submission.
+    """The worker's environment: the named variables of ``parent``, then ``extra``. No secret of the
+    service reaches a submission unless the service names it.
 
     HOME, TMPDIR and the Triton/Inductor/CUDA JIT caches point into the worker's temp dir (the only place it may
     write besides the build cache).
     """
-    env = {
-        k: v
-        for k, v in parent.items()
-        if k in ENV_ALLOW or k.startswith(ENV_ALLOW_PREFIXES) and "KEY" not in k and "TOKEN" not in k
-    }
+    env = {k: v for k, v in parent.items() if k in ENV_ALLOW}
     env.update(
         {
             "HOME": str(tmp),
