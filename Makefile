@@ -11,7 +11,15 @@ STAMP  := $(VENV)/.installed
 ENVS   := $(wildcard environments/*/pyproject.toml)
 RL_STAMP := $(VENV)/.installed-rl
 
-.PHONY: install install-rl test test-rl test-gpu lint typecheck demo bench clean
+DOCKER ?= docker
+TAG    ?= latest
+# The GPU service image (services/kernel-service/Dockerfile) and its build context: wheels of our two
+# packages built from this checkout, and their public requirements.
+SERVICE_IMAGE   ?= kernel-service
+SERVICE_CONTEXT := services/kernel-service/build/docker
+
+.PHONY: install install-rl test test-rl test-gpu lint typecheck demo bench clean \
+	docker-context-service docker-build-service docker-build-runners
 
 install: $(STAMP)
 
@@ -55,6 +63,16 @@ typecheck: install
 
 demo: install
 	$(PY) -m benchmark_runner.demo
+
+docker-context-service: install
+	$(PY) -m benchmark_runner.docker_context --out $(SERVICE_CONTEXT) -- . services/kernel-service
+
+docker-build-service: docker-context-service
+	$(DOCKER) build -t $(SERVICE_IMAGE):$(TAG) services/kernel-service
+
+# Each committed runner's image (`make docker-build` in its directory, with this checkout's venv).
+docker-build-runners: install
+	set -e; for r in $(wildcard runners/*-runner); do $(MAKE) -C $$r docker-build VENV=$(abspath $(VENV)) TAG=$(TAG); done
 
 bench: install
 	$(PY) bench/framework_overhead.py

@@ -19,6 +19,7 @@ import argparse
 import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from collections.abc import Iterable, Sequence
 from email.parser import Parser
@@ -57,13 +58,42 @@ def _can_build_without_isolation() -> bool:
         return False
 
 
+#: What a project directory of ours needs to build a wheel (src layout); everything else stays behind.
+PROJECT_FILES = ("pyproject.toml", "setup.cfg", "setup.py", "MANIFEST.in", "README.md", "LICENSE", "src")
+
+
+def clean_copy(project: Path, dest: Path) -> Path:
+    """Copy the files a wheel is built from into ``dest``.
+
+    pip builds a local directory in place, and setuptools' ``build/lib`` there keeps files deleted
+    from the sources since the last build, which would then ship in the wheel. A fresh copy has none,
+    and the checkout is left untouched.
+    """
+    dest.mkdir(parents=True)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+    for name in PROJECT_FILES:
+        src = project / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name, ignore=ignore)
+        elif src.is_file():
+            shutil.copy2(src, dest / name)
+    return dest
+
+
 def build_wheels(sources: Sequence[str], wheel_dir: Path) -> list[Path]:
     """``pip wheel --no-deps`` every source into ``wheel_dir``; return the wheels, all of them ours."""
     wheel_dir.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--wheel-dir", str(wheel_dir)]
     if _can_build_without_isolation():
         cmd.append("--no-build-isolation")
-    proc = subprocess.run([*cmd, *sources], capture_output=True, text=True, check=False)
+    with tempfile.TemporaryDirectory(prefix="docker-context-") as tmp:
+        args = [
+            str(clean_copy(Path(src), Path(tmp) / str(i)))
+            if (Path(src) / "pyproject.toml").is_file()
+            else src
+            for i, src in enumerate(sources)
+        ]
+        proc = subprocess.run([*cmd, *args], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise ContextError(f"pip wheel {' '.join(sources)} failed:\n{proc.stdout}{proc.stderr}")
     wheels = sorted(wheel_dir.glob("*.whl"))

@@ -1,0 +1,77 @@
+"""Helpers of the install-anywhere tests: fresh shells, fresh virtualenvs, this checkout's pins.
+
+Everything is real: ``create-benchmark-runner`` writes a runner into a temporary directory outside
+this checkout, its own ``make install`` and ``make test`` run in a shell that knows nothing of this
+repository's virtualenv, and the Dockerfile replays install into virtualenvs made for them. pip's
+wheel cache keeps this within a few minutes (packages come from it, not the network, after a first
+run), and so does one torch install per session (see ``SharedVenv`` in conftest.py).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent
+#: The torch pin of the root Makefile (the CPU build this machine's pip has on disk).
+TORCH_PIN = re.search(r"^TORCH_PIN \?= (\S+)$", (ROOT / "Makefile").read_text(), re.M).group(1)  # type: ignore[union-attr]
+PASS_THROUGH = ("HOME", "LANG", "LC_ALL", "TMPDIR", "USER", "TERM", "PYENV_ROOT", "PYENV_VERSION")
+
+
+def fresh_env(**extra: str) -> dict[str, str]:
+    """A new shell's environment: PATH without this checkout's venv, no Python variables, pip's config."""
+    path = [p for p in os.environ.get("PATH", "/usr/bin:/bin").split(":") if p and Path(p) != VENV_BIN]
+    env = {k: v for k, v in os.environ.items() if k in PASS_THROUGH or k.startswith("PIP_")}
+    return {**env, "PATH": ":".join(path), "PYTHONDONTWRITEBYTECODE": "1", **extra}
+
+
+def sh(
+    command: str | list[str], cwd: Path, env: dict[str, str], timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    """Run a command (a string goes to ``bash -c``); the result, whatever its exit status."""
+    args = ["bash", "-c", command] if isinstance(command, str) else command
+    return subprocess.run(
+        args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def make_venv(path: Path) -> Path:
+    """A new, empty virtualenv at ``path`` (this interpreter's Python, its bundled pip)."""
+    proc = sh([sys.executable, "-m", "venv", str(path)], path.parent, fresh_env())
+    assert proc.returncode == 0, proc.stderr
+    return path
+
+
+def our_version() -> str:
+    """The library version in this checkout's pyproject.toml."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    return str(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"])
+
+
+@dataclass
+class SharedVenv:
+    """One clean virtualenv for the replays of the images that need torch (both kernel runners and the
+    service): torch is ~900 MB installed, so it is installed once, by the first replay's own torch step.
+
+    Sharing can hide nothing as long as every image sharing it installs the same public requirements:
+    ``requirements`` holds the first image's, and each later one must match them.
+    """
+
+    venv: Path
+    requirements: str | None = None
+
+    def same_requirements(self, context: Path) -> None:
+        wanted = "".join(
+            (context / "build/docker" / n).read_text() for n in ("torch.txt", "requirements.txt")
+        )
+        if self.requirements is None:
+            self.requirements = wanted
+        assert wanted == self.requirements, "images sharing a replay venv must install the same requirements"
