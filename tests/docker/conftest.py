@@ -3,10 +3,11 @@ and a runner generated outside this checkout, installed and tested by its own Ma
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
-from installs import ROOT, VENV_BIN, SharedVenv, fresh_env, make_venv, sh
+from installs import ROOT, VENV_BIN, SharedVenv, fresh_env, make_venv, readme_block, sh
 
 
 @pytest.fixture(scope="session")
@@ -16,17 +17,17 @@ def kernel_venv(tmp_path_factory: pytest.TempPathFactory) -> SharedVenv:
 
 @pytest.fixture(scope="session")
 def outside_runner(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """``create-benchmark-runner mybench --defaults`` in a directory outside this checkout, then its
-    ``make install && make test`` in a fresh shell (the README's "Your own benchmark" steps)."""
+    """The README's "Your own benchmark" commands, verbatim, in a directory outside this checkout, in a
+    fresh shell where this checkout's venv is active (as ``source .venv/bin/activate`` leaves it)."""
     where = tmp_path_factory.mktemp("elsewhere")
     assert ROOT not in where.parents
-    env = fresh_env(BENCHMARK_RUNNER_TEMPLATE_HOME=str(where / "template-mirror"))
-    proc = sh([str(VENV_BIN / "create-benchmark-runner"), "mybench", "--defaults"], where, env)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    repo = where / "mybench-runner"
-    proc = sh("make install && make test", repo, env)
-    assert proc.returncode == 0, (
-        f"make install && make test failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    script = readme_block("Your own benchmark")
+    assert "create-benchmark-runner mybench" in script and "make install && make test" in script
+    env = fresh_env(
+        BENCHMARK_RUNNER_TEMPLATE_HOME=str(where / "template-mirror"), VIRTUAL_ENV=str(VENV_BIN.parent)
     )
-    assert " passed" in proc.stdout and "failed" not in proc.stdout, proc.stdout
-    return repo
+    env["PATH"] = f"{VENV_BIN}:{env['PATH']}"
+    proc = sh("set -e\n" + script, where, env)
+    assert proc.returncode == 0, f"the README's steps failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    assert re.search(r"^\d+ passed in ", proc.stdout, re.M), proc.stdout  # make test: all passed
+    return where / "mybench-runner"

@@ -40,6 +40,15 @@ def sh(
     )
 
 
+def readme_block(section: str) -> str:
+    """The first ```bash block under ``## SECTION`` of the README, comment lines dropped."""
+    text = (ROOT / "README.md").read_text()
+    body = text[text.index(f"## {section}\n") :]
+    block = body[body.index("```bash\n") + len("```bash\n") :]
+    lines = block[: block.index("```")].splitlines()
+    return "".join(f"{ln}\n" for ln in lines if ln.strip() and not ln.lstrip().startswith("#"))
+
+
 def make_venv(path: Path) -> Path:
     """A new, empty virtualenv at ``path`` (this interpreter's Python, its bundled pip)."""
     proc = sh([sys.executable, "-m", "venv", str(path)], path.parent, fresh_env())

@@ -275,7 +275,7 @@ def load_hub(name: str = HUB_DATASET) -> list[KernelBenchTask]:
         import datasets  # optional and heavy: imported only for this source
     except ImportError as exc:
         raise ProblemLoadError(
-            "loading from the hub needs the `datasets` package: pip install 'kernelbench-runner[hub]'"
+            "loading from the hub needs the `datasets` package: pip install datasets"
         ) from exc
     try:
         loaded = datasets.load_dataset(name)

@@ -10,7 +10,7 @@ as with local pools, and an actor that dies (node lost) is replaced.
 
 The build cache must be visible at the same path on every node (a shared filesystem): builds are not
 relocatable (see :mod:`kernel_service.build_cache`). ``ray`` is an optional dependency
-(``pip install 'kernel-service[ray]'``).
+(``pip install 'ray>=2.9'``; the ``ray`` extra of llmbench-kernel-service).
 """
 
 from __future__ import annotations
@@ -35,9 +35,7 @@ def _import_ray() -> Any:
     try:
         import ray
     except ImportError as exc:  # pragma: no cover - depends on the install
-        raise RuntimeError(
-            "executor 'ray' needs the ray package: pip install 'kernel-service[ray]' (or 'ray>=2.9')"
-        ) from exc
+        raise RuntimeError("executor 'ray' needs the ray package: pip install 'ray>=2.9'") from exc
     return ray
 
 
