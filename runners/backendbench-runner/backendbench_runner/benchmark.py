@@ -8,6 +8,7 @@ workers); scoring is local: per op correctness x performance, weighted by ``--we
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any, ClassVar, Literal, cast
@@ -19,6 +20,7 @@ from benchmark_runner.client import ServiceClient
 from benchmark_runner.llm import LLMConfig
 from benchmark_runner.schemas import EvalResult, GenerationResult, ScoreResult, Task
 from benchmark_runner.service import BenchmarkService
+from kernel_service.backendbench.opinfo import index_provenance
 from kernel_service.backendbench.schemas import (
     BackendBenchEvalRequest,
     BackendBenchEvalResponse,
@@ -36,6 +38,12 @@ from .options import RunOptions, cli_options
 OFFLINE_CONCURRENCY = 1024
 #: ``make_cli``'s default dataset file; loading it means "the tasks of ``--suite``".
 BUNDLED_DATASET = Path(__file__).parent / "data" / "sample.jsonl"
+
+
+@functools.lru_cache(maxsize=8)
+def _say_once(text: str) -> None:
+    """A note on stderr, once per process (the op list itself goes to stdout)."""
+    click.echo(text, err=True)
 
 
 class BackendBenchTask(Task):
@@ -140,6 +148,8 @@ class BackendBenchRunner(BenchmarkRunner):
                     f"--ops: {', '.join(unknown)} not in the {opts.suite} suite; its ops are: {', '.join(ops)}"
                 )
             ops = opts.ops
+        if opts.suite == "opinfo":
+            _say_once(f"backendbench-runner: {index_provenance()}")
         rows = [{"id": f"{opts.suite}/{op}", "question": op, "op": op, "suite": opts.suite} for op in ops]
         return self.parse_tasks(rows, f"suite {opts.suite}")
 

@@ -64,11 +64,18 @@ def matches_op(op: str, overload: torch._ops.OpOverload) -> bool:
 
 
 class DispatchRecorder(TorchDispatchMode):
-    """Records every op that reaches the dispatcher (composite ops appear as what they decompose to)."""
+    """Records the ops that reach the dispatcher (composite ops appear as what they decompose to).
 
-    def __init__(self) -> None:
+    By default each distinct op once, without its arguments: a kernel may dispatch millions of ops, and
+    keeping their tensors alive would hold every intermediate result (gigabytes for a blocked matmul).
+    ``keep_args``: every call with its arguments (to trace a single call).
+    """
+
+    def __init__(self, keep_args: bool = False) -> None:
         super().__init__()
+        self.keep_args = keep_args
         self.calls: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = []
+        self._seen: set[Any] = set()
 
     def __torch_dispatch__(
         self,
@@ -78,5 +85,9 @@ class DispatchRecorder(TorchDispatchMode):
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         kwargs = kwargs or {}
-        self.calls.append((func, args, kwargs))
+        if self.keep_args:
+            self.calls.append((func, args, kwargs))
+        elif func not in self._seen:
+            self._seen.add(func)
+            self.calls.append((func, (), {}))
         return func(*args, **kwargs)

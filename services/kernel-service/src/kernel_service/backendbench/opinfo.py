@@ -74,9 +74,12 @@ UPSTREAM_SKIPPED_ENTRIES = frozenset({"nonzero_static"})
 
 REASON_UPSTREAM = "left out by BackendBench itself (its lists of creation, random and unsupported ops)"
 REASON_RANDOM = (
-    "random: the values come from the generator, so a kernel could match the op only by replaying "
-    "PyTorch's RNG stream (BackendBench's check passes for the in-place ones because the op returns its "
-    "input, so it compares a tensor with itself)"
+    "random: its values come from the generator, so only a kernel that replays PyTorch's RNG stream "
+    "could match them"
+)
+REASON_RANDOM_IN_PLACE = (
+    REASON_RANDOM + " (BackendBench passes every kernel of this in-place op: the op returns its input, "
+    "so its check compares the kernel's result with itself)"
 )
 REASON_UNINITIALISED = "uninitialised memory: the op's output has no values to check"
 REASON_SPARSE = "sparse output: the judge passes and compares strided (dense) tensors only"
@@ -93,7 +96,7 @@ def exclusion_reason(overload: torch._ops.OpOverload) -> str | None:
     if key in UPSTREAM_LEFT_OUT:
         return REASON_UPSTREAM
     if torch.Tag.nondeterministic_seeded in overload.tags:
-        return REASON_RANDOM
+        return REASON_RANDOM_IN_PLACE if overload.overloadpacket.__name__.endswith("_") else REASON_RANDOM
     packet = overload.overloadpacket.__name__
     if packet in ("empty_like", "empty", "empty_strided", "new_empty", "new_empty_strided"):
         return REASON_UNINITIALISED
@@ -186,7 +189,7 @@ def traced_samples(info: Any, device: str, dtype: torch.dtype) -> Iterator[Trace
     except Exception:  # noqa: BLE001 - an OpInfo that cannot make samples here has none
         return
     for i, sample in enumerate(samples):
-        rec = DispatchRecorder()
+        rec = DispatchRecorder(keep_args=True)
         try:
             with rec:
                 ref = info.op(sample.input, *sample.args, **sample.kwargs)
@@ -238,10 +241,18 @@ def opinfo_index() -> dict[str, list[str]]:
 
 
 def index_provenance() -> str:
-    """Which torch, device and dtypes the bundled index was built with (the runner prints it)."""
+    """Which torch, device and dtypes the index was built with, and whether that is this torch (the
+    runner prints it next to the opinfo suite's op list)."""
     data = _bundled_index()
     dtypes = "+".join(data.get("dtypes", []))
-    return f"built with torch {data.get('torch')} on {data.get('device')} ({dtypes})"
+    built = str(data.get("torch"))
+    text = f"opinfo index built with torch {built} on {data.get('device')} ({dtypes})"
+    if built != torch.__version__:
+        text += (
+            f"; this is torch {torch.__version__}: ops whose reference it lacks are left out, and "
+            "`python -m kernel_service.backendbench.opinfo build --device cuda` rebuilds the index for it"
+        )
+    return text
 
 
 def selection_dtypes(info: Any, device: str, dtype: torch.dtype, fallback: torch.dtype) -> list[torch.dtype]:
@@ -430,14 +441,32 @@ def _interleave(streams: list[Iterator[Case]], limit: int) -> list[Case]:
     return merged
 
 
+#: BackendBench's own opinfo suite on one H100 (see the file's header): what ``coverage`` compares with.
+BACKENDBENCH_OPS = DATA_DIR / "backendbench_opinfo_h100.txt"
+
+
+def coverage(wanted: list[str], index: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
+    """Which of ``wanted`` the suite lists here, and why each other one is left out."""
+    listed = [n for n in wanted if n in index["ops"] and checkable_here(n)]
+    missing: dict[str, str] = {}
+    for name in wanted:
+        if name in listed:
+            continue
+        why = index.get("excluded", {}).get(name)
+        if why is None:
+            why = REASON_NO_REFERENCE if name in index["ops"] else "not selected on this device/torch"
+        missing[name] = why
+    return listed, missing
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Rebuild or inspect the opinfo suite's index.")
     sub = parser.add_subparsers(dest="command", required=True)
-    build = sub.add_parser("build", help="scan op_db and write the index")
-    build.add_argument("--device", default="cpu")
-    build.add_argument("--output", type=Path, default=OPINFO_INDEX)
-    cover = sub.add_parser("coverage", help="which names of an overload list the index holds")
-    cover.add_argument("names", type=Path, help="a file with one overload a line (add.Tensor)")
+    build = sub.add_parser("build", help="scan op_db with BackendBench's rule and write the index")
+    build.add_argument("--device", default="cpu", help="cpu or cuda (the device the service judges on)")
+    build.add_argument("--output", type=Path, default=OPINFO_INDEX, help="[default: the bundled index]")
+    cover = sub.add_parser("coverage", help="which names of an overload list the suite lists here")
+    cover.add_argument("names", type=Path, nargs="?", default=BACKENDBENCH_OPS, help="one overload a line")
     cover.add_argument("--index", type=Path, default=OPINFO_INDEX)
     args = parser.parse_args(argv)
     if args.command == "build":
@@ -446,15 +475,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(index['ops'])} overloads, {len(index['excluded'])} left out -> {args.output}")
         return 0
     index = read_index(args.index)
-    wanted = [line.strip() for line in args.names.read_text().splitlines() if line.strip()]
-    listed = [n for n in wanted if n in index["ops"] and checkable_here(n)]
-    print(f"{len(listed)}/{len(wanted)} ({100 * len(listed) / max(len(wanted), 1):.1f}%) listed")
-    for name in wanted:
-        if name not in listed:
-            why = index["excluded"].get(name)
-            if why is None:
-                why = "not selected on this device/torch" if name not in index["ops"] else REASON_NO_REFERENCE
-            print(f"  {name}: {why}")
+    lines = args.names.read_text().splitlines()
+    wanted = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+    listed, missing = coverage(wanted, index)
+    print(
+        f"{len(listed)}/{len(wanted)} ({100 * len(listed) / max(len(wanted), 1):.1f}%) listed; {index_provenance()}"
+    )
+    for name, why in missing.items():
+        print(f"  {name}: {why}")
     return 0
 
 

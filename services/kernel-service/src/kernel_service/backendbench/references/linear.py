@@ -8,15 +8,20 @@ def _matmul64(a, b):
     return (a.to(torch.float64).unsqueeze(-1) * b.to(torch.float64).unsqueeze(-3)).sum(-2)
 
 
+#: Elements of the (m, step, n) product one step of ``mm`` may hold (bounds its memory on large inputs).
+_MM_CHUNK = 1 << 22
+
+
 def mm(a, b):
+    """Rank-``step`` updates of a float32 (float64 for float64) accumulator, ``step`` chosen so one
+    update holds at most _MM_CHUNK elements."""
     m, k = a.shape
     n = b.shape[1]
     acc = torch.zeros((m, n), dtype=torch.float32 if a.dtype != torch.float64 else a.dtype, device=a.device)
-    step = 16
+    step = max(1, min(16, _MM_CHUNK // max(m * n, 1)))
     for k0 in range(0, k, step):
-        acc += (a[:, k0 : k0 + step, None].to(acc.dtype) * b[None, k0 : k0 + step, :].to(acc.dtype)).sum(
-            dim=1
-        )
+        part = a[:, k0 : k0 + step, None].to(acc.dtype) * b[None, k0 : k0 + step, :].to(acc.dtype)
+        acc += part.sum(dim=1)
     return acc.to(a.dtype)
 
 
