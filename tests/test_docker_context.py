@@ -58,11 +58,12 @@ def test_the_context_holds_our_wheels_and_the_public_requirements(tmp_path: Path
     project.mkdir()
     (project / "pyproject.toml").write_text(
         '[project]\nname = "x-runner"\ndependencies = ["llmbench-runner>=0.1", "llmbench-kernel-service", "torch>=2.4", "rich"]\n'
+        '[build-system]\nrequires = ["setuptools>=68"]\n'
     )
     out = project / "build/docker"
     wheels = build_context([str(lib), str(service)], out, project)
     assert sorted(w.name for w in wheels) == sorted([lib.name, service.name])
-    assert (out / "requirements.txt").read_text() == "numpy\nclick>=8.1\npydantic>=2.5\nrich\n"
+    assert (out / "requirements.txt").read_text() == "numpy\nclick>=8.1\npydantic>=2.5\nrich\nsetuptools>=68\n"
     assert (out / "torch.txt").read_text() == "torch>=2.4\n"
 
 

@@ -7,8 +7,10 @@ from (a checkout directory, ``NAME @ git+URL``, a wheel file), never a bare name
 * ``wheels/``: one wheel per package of ours, built here (``pip wheel --no-deps``), so the image
   installs them with ``--no-index``: a package index is never asked for a name of ours;
 * ``requirements.txt``: every *public* requirement, those of the wheels plus the project's own
-  ``[project] dependencies``, with our names taken out, so the image's dependency layer depends on
-  this file alone and is rebuilt only when a requirement changes, not on every source edit;
+  ``[project] dependencies`` and its build backend (``[build-system] requires``: the image installs
+  the project offline, without build isolation), with our names taken out, so the image's dependency
+  layer depends on this file alone and is rebuilt only when a requirement changes, not on every
+  source edit;
 * ``torch.txt``: the torch requirements, split out so an image can take torch from another index
   (a CPU or a CUDA build) in a layer of its own; empty when nothing needs torch.
 """
@@ -120,9 +122,11 @@ def wheel_requirements(wheel: Path) -> list[str]:
 
 
 def project_requirements(project: Path) -> list[str]:
-    """``[project] dependencies`` of ``project/pyproject.toml``."""
+    """``[project] dependencies`` and ``[build-system] requires`` of ``project/pyproject.toml``."""
     data = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8"))
-    return [str(d) for d in data.get("project", {}).get("dependencies", [])]
+    runtime = data.get("project", {}).get("dependencies", [])
+    build = data.get("build-system", {}).get("requires", [])
+    return [str(d) for d in [*runtime, *build]]
 
 
 def split_public(requirements: Iterable[str]) -> tuple[list[str], list[str]]:

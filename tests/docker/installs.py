@@ -13,7 +13,7 @@ import os
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,20 +67,21 @@ def our_version() -> str:
 
 @dataclass
 class SharedVenv:
-    """One clean virtualenv for the replays of the images that need torch (both kernel runners and the
-    service): torch is ~900 MB installed, so it is installed once, by the first replay's own torch step.
+    """One clean virtualenv for the replays of the images that need torch (the service and both kernel
+    runners): torch is ~900 MB installed, so it is installed once, by the first replay's own torch step.
 
-    Sharing can hide nothing as long as every image sharing it installs the same public requirements:
-    ``requirements`` holds the first image's, and each later one must match them.
+    Sharing hides nothing as long as each image's own requirements include everything earlier replays
+    installed (``installed``): then whatever an image finds installed, its own files asked for too.
     """
 
     venv: Path
-    requirements: str | None = None
+    installed: set[str] = field(default_factory=set)
 
-    def same_requirements(self, context: Path) -> None:
-        wanted = "".join(
-            (context / "build/docker" / n).read_text() for n in ("torch.txt", "requirements.txt")
+    def check_and_add(self, context: Path) -> None:
+        files = [context / "build/docker" / name for name in ("torch.txt", "requirements.txt")]
+        wanted = {line for f in files for line in f.read_text().splitlines() if line.strip()}
+        missing = self.installed - wanted
+        assert not missing, (
+            f"an earlier replay in this venv installed what {context} does not ask for: {missing}"
         )
-        if self.requirements is None:
-            self.requirements = wanted
-        assert wanted == self.requirements, "images sharing a replay venv must install the same requirements"
+        self.installed |= wanted

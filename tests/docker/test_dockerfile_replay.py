@@ -1,5 +1,6 @@
-"""Each image's Dockerfile, replayed (dockerfile_replay.py): a generated runner's, both committed runners'
-and the GPU service's.
+"""Each image's Dockerfile, replayed (dockerfile_replay.py): a generated runner's, the GPU service's and
+both committed runners' (in this order: the service's requirements are the smallest set of the three
+that share a replay venv, see ``SharedVenv``).
 
 The build context is made the way ``make docker-build`` makes it (its ``docker-context`` step: wheels of
 our packages from the library source, the public requirements), then every ``COPY`` and ``RUN`` of the
@@ -81,17 +82,6 @@ def test_generated_runner_image(outside_runner: Path, tmp_path: Path) -> None:
     check_runner_image(image, "mybench-runner", "oracle")
 
 
-@pytest.mark.parametrize("runner", ["kernelbench", "backendbench"])
-def test_committed_runner_image(runner: str, kernel_venv: SharedVenv, tmp_path: Path) -> None:
-    repo = RUNNERS / f"{runner}-runner"
-    build_context(repo, "docker-context", VENV=sys.prefix)
-    check_context(repo)
-    assert (repo / "build/docker/torch.txt").read_text().startswith("torch")
-    kernel_venv.same_requirements(repo)
-    image = do_replay(repo / "Dockerfile", tmp_path, kernel_venv.venv)
-    check_runner_image(image, f"{runner}-runner", "reference")
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -102,7 +92,7 @@ def test_service_image(kernel_venv: SharedVenv, tmp_path: Path) -> None:
     service = ROOT / "services/kernel-service"
     build_context(ROOT, "docker-context-service")
     check_context(service)
-    kernel_venv.same_requirements(service)
+    kernel_venv.check_and_add(service)
     image = do_replay(service / "Dockerfile", tmp_path, kernel_venv.venv)
     assert image.base.startswith("nvidia/cuda:") and "devel" in image.base
     assert image.entrypoint[:2] == ["kernel-service", "serve"] and image.cmd == ["--gpus", "all"]
@@ -142,3 +132,14 @@ def test_service_image(kernel_venv: SharedVenv, tmp_path: Path) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.parametrize("runner", ["kernelbench", "backendbench"])
+def test_committed_runner_image(runner: str, kernel_venv: SharedVenv, tmp_path: Path) -> None:
+    repo = RUNNERS / f"{runner}-runner"
+    build_context(repo, "docker-context", VENV=sys.prefix)
+    check_context(repo)
+    assert (repo / "build/docker/torch.txt").read_text().startswith("torch")
+    kernel_venv.check_and_add(repo)
+    image = do_replay(repo / "Dockerfile", tmp_path, kernel_venv.venv)
+    check_runner_image(image, f"{runner}-runner", "reference")
