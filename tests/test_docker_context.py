@@ -63,7 +63,9 @@ def test_the_context_holds_our_wheels_and_the_public_requirements(tmp_path: Path
     out = project / "build/docker"
     wheels = build_context([str(lib), str(service)], out, project)
     assert sorted(w.name for w in wheels) == sorted([lib.name, service.name])
-    assert (out / "requirements.txt").read_text() == "numpy\nclick>=8.1\npydantic>=2.5\nrich\nsetuptools>=68\n"
+    assert (
+        out / "requirements.txt"
+    ).read_text() == "numpy\nclick>=8.1\npydantic>=2.5\nrich\nsetuptools>=68\n"
     assert (out / "torch.txt").read_text() == "torch>=2.4\n"
 
 
