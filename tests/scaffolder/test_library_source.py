@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from importlib import metadata
 from pathlib import Path
 
@@ -288,3 +289,55 @@ def test_this_checkout_is_the_default_here() -> None:
     with pytest.raises(ScaffoldError, match="--library-source"):
         generate(RunnerSpec.build("r", library_source="/nonexistent/place"), ROOT / "never-written")
     assert not (ROOT / "never-written").exists()
+
+
+# ---- the Makefile's pip arguments, given to pip for real -------------------------------------------
+
+
+def tiny_project(path: Path, name: str) -> None:
+    """A buildable project called ``name`` (one empty module), standing in for one of ours."""
+    module = name.replace("-", "_") + "_stub"
+    (path / "src" / module).mkdir(parents=True)
+    (path / "src" / module / "__init__.py").write_text("")
+    (path / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=68"]\nbuild-backend = "setuptools.build_meta"\n'
+        f'[project]\nname = "{name}"\nversion = "0.2.0"\ndependencies = ["click"]\n'
+        '[tool.setuptools.packages.find]\nwhere = ["src"]\n'
+    )
+
+
+def test_git_and_wheel_sources_build_the_docker_context(tmp_path: Path) -> None:
+    """`make docker-context` passes the git+ source (with #subdirectory for the service) to pip, which
+    builds both wheels from that commit; a wheel directory then serves as the source of another runner."""
+    upstream = tmp_path / "upstream"
+    tiny_project(upstream, "llmbench-runner")
+    tiny_project(upstream / "services/kernel-service", "llmbench-kernel-service")
+    git(upstream, "init", "-q", "-b", "main")
+    commit_all(upstream)
+    url = f"git+{upstream.as_uri()}@main"
+    spec = RunnerSpec.build("kb", dependencies=["llmbench-kernel-service"], library_source=url)
+    repo = generate(spec, tmp_path / "kb-runner").dest
+    venv = sys.prefix  # any venv with this library: the runner's own, after its `make install`
+    proc = subprocess.run(
+        ["make", "docker-context", f"VENV={venv}"], cwd=repo, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    wheels = sorted(p.name for p in (repo / "build/docker/wheels").iterdir())
+    assert wheels == [
+        "llmbench_kernel_service-0.2.0-py3-none-any.whl",
+        "llmbench_runner-0.2.0-py3-none-any.whl",
+    ]
+    # the stubs' dependency and the runner's build backend; nothing of ours
+    assert (repo / "build/docker/requirements.txt").read_text() == "click\nsetuptools>=68\nwheel\n"
+
+    other = generate(
+        RunnerSpec.build(
+            "kc", dependencies=["llmbench-kernel-service"], library_source=str(repo / "build/docker/wheels")
+        ),
+        tmp_path / "kc-runner",
+    ).dest
+    proc = subprocess.run(
+        ["make", "docker-context", f"VENV={venv}"], cwd=other, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert sorted(p.name for p in (other / "build/docker/wheels").iterdir()) == wheels
