@@ -9,7 +9,8 @@
 # gc.get_objects() (lists of readings, per-input results with ref_ms/kernel_ms/speedup, verdict dicts);
 # once timed it returns zeros without computing anything.
 #
-# Against the single-process BackendBench evaluator this worked twice over: the recorder was a local of
+# Against the single-process BackendBench evaluator this worked twice over (tried: correct, no op call
+# reported, performance 1e9): the recorder was a local of
 # check_case on the kernel's stack, and timing (time_call's `samples` list, _time_case's `result` with
 # ref_ms already set) was in the same process, with no timed output checked at all.
 import gc

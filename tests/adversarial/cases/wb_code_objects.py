@@ -10,11 +10,13 @@
 #   * kernel_service.candidate.Side.op_call: once timed, it answers the previous reply without calling
 #     forward at all; Side.op_probe marks the end of the correctness trials;
 #   * the comparisons (compare.compare_outputs, judge._mismatch, backendbench.compare.compare) to always
-#     match, and the timers (timing.CpuTimer.time_call, judge.net) to read a microsecond.
-# forward itself then does no work once timed.
+#     match, and the timers (timing.CpuTimer.time_call, judge.net, and harness.Timer.__call__ of the
+#     single-process harness) to read a microsecond for the submission's calls.
+# forward itself then does no work once timed (after the probe, or after its fourth call).
 #
-# Against the single-process harness this worked: PatchGuard snapshotted attribute identities, and
-# harness.Timer.__call__ or compare_outputs rewritten through __code__ are still the same objects.
+# Against the single-process harness this worked (tried: correct, speedup ~5e5): PatchGuard snapshotted
+# attribute identities, and harness.Timer.__call__ and compare_outputs rewritten through __code__ are
+# still the same objects.
 import importlib
 import sys
 import types
@@ -22,7 +24,7 @@ import types
 import torch
 import torch.nn as nn
 
-STATE = {"timed": False, "reply": None, "done": []}
+STATE = {"timed": False, "reply": None, "done": [], "calls": 0}
 
 
 def say(what):
@@ -109,6 +111,12 @@ def fake_net(raw, null_ms):
     return [1e-6 for _ in raw]
 
 
+def fake_timer_call(self, fn, inputs):
+    if type(fn).__name__ == "ModelNew":
+        return 1e-6, fn(*inputs)
+    return _wb_orig___call__(self, fn, inputs)
+
+
 rewrite("kernel_service.transport", "encode", fake_encode)
 rewrite("kernel_service.candidate", "Side.op_call", fake_op_call)
 rewrite("kernel_service.candidate", "Side.op_probe", fake_op_probe)
@@ -116,6 +124,7 @@ rewrite("kernel_service.compare", "compare_outputs", fake_compare_outputs)
 rewrite("kernel_service.judge", "_mismatch", fake_mismatch)
 rewrite("kernel_service.judge", "net", fake_net)
 rewrite("kernel_service.timing", "CpuTimer.time_call", fake_time_call)
+rewrite("kernel_service.harness", "Timer.__call__", fake_timer_call)
 rewrite("kernel_service.backendbench.compare", "compare", fake_bb_compare)
 say(f"code rewritten: {', '.join(STATE['done'])}")
 
@@ -126,10 +135,9 @@ class ModelNew(nn.Module):
         self.weight = nn.Parameter(torch.randn(n, n))
 
     def forward(self, x):
-        if STATE["timed"]:
+        STATE["calls"] += 1
+        if STATE["timed"] or STATE["calls"] > 4:
             if "cheat" not in STATE:
-                STATE["cheat"] = print(
-                    "WB-CHEAT: forward did no work, encode named the stale arena", flush=True
-                )
+                STATE["cheat"] = print("WB-CHEAT: forward did no work once timed", flush=True)
             return torch.empty(x.shape[0], self.weight.shape[1])
         return x @ self.weight

@@ -10,16 +10,20 @@
 # returns the previous output: the bytes the side copied into the judge's output arena last time, read
 # back through the Side object found on the stack.
 #
-# Against the single-process harness (before the judge/candidate split) this worked: the frames above
-# forward were the harness's `_time_both`, whose `new_times` list (overwritten with 1e-6) and `pending`
-# queue of outputs to check (cleared) are plain lists; PatchGuard compared attribute identities only.
+# Against the single-process harness (before the judge/candidate split) this worked (tried: correct,
+# speedup 1e9): the frames above forward were the harness's `_time_both`, whose `checked` set (which
+# timed outputs to compare: emptied), `pending` queue and `new_times` list (readings: 1e-6) are mutable
+# in place; PatchGuard compared attribute identities only.
 import gc
 import sys
 
 import torch
 import torch.nn as nn
 
-TIMING_NAMES = {"new_times", "ref_times", "times", "samples", "new_raw", "ref_raw", "readings", "kernel_raw"}
+#: Readings of the submission's calls (made tiny) and of the reference's (made large), by local name.
+OWN_TIMES = {"new_times", "new_raw", "kernel_raw", "times", "samples", "readings"}
+REF_TIMES = {"ref_times", "ref_raw"}
+#: What decides which outputs get compared (emptied).
 QUEUE_NAMES = {"pending", "checked", "last"}
 #: Keys of the judge's result and timing dicts (judge._time, evaluate's response), fields of its records.
 VERDICT_KEYS = {
@@ -99,10 +103,10 @@ def walk():
                 msg = loc["msg"]
                 say(f"judge request {sorted(k for k in msg if k not in ('args', 'kwargs'))}")
         for name, value in list(loc.items()):
-            if name in TIMING_NAMES and isinstance(value, list):
-                value[:] = [1e-6] * len(value)
+            if name in OWN_TIMES | REF_TIMES and isinstance(value, list):
+                value[:] = [1e-6 if name in OWN_TIMES else 1e3] * len(value)
                 say(f"timing list {name}")
-            elif name in QUEUE_NAMES and isinstance(value, list):
+            elif name in QUEUE_NAMES and isinstance(value, (list, set)):
                 value.clear()
                 say(f"queue {name}")
             else:
