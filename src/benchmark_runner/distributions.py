@@ -20,8 +20,10 @@ LIBRARY = "llmbench-runner"
 KERNEL_SERVICE = "llmbench-kernel-service"
 #: Every distribution of ours, with its project directory inside a checkout of this repository.
 OURS: dict[str, str] = {LIBRARY: ".", KERNEL_SERVICE: "services/kernel-service"}
-#: Names this project used to publish under; ``make install`` removes them from old virtualenvs.
-FORMER = ("benchmark-runner", "kernel-service")
+#: Our former names (``benchmark-runner`` is a stranger's on the public index) and what they became;
+#: ``make install`` removes them from old virtualenvs, ``--update`` renames them in a runner's answers.
+RENAMED: dict[str, str] = {"benchmark-runner": LIBRARY, "kernel-service": KERNEL_SERVICE}
+FORMER = tuple(RENAMED)
 
 
 def normalize(name: str) -> str:
@@ -31,6 +33,14 @@ def normalize(name: str) -> str:
 
 def is_ours(name: str) -> bool:
     return normalize(name) in OURS
+
+
+def renamed(requirement: str) -> str:
+    """``requirement`` with a former name of ours replaced by the current one (else unchanged)."""
+    match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
+    if match and normalize(match.group(1)) in RENAMED:
+        return RENAMED[normalize(match.group(1))] + requirement[match.end() :]
+    return requirement
 
 
 def wheel_prefix(name: str) -> str:

@@ -214,7 +214,8 @@ def test_update_keeps_the_source_or_replaces_it_when_asked(tmp_path: Path) -> No
 
 
 def test_update_gives_an_older_runner_the_default_source(tmp_path: Path) -> None:
-    """A runner of a template that had no library source gets where the running library came from."""
+    """A runner of a template that had neither library sources nor our own names: the update records
+    where the running library came from and renames `kernel-service` (anyone's name on an index)."""
     old = tmp_path / "template-0.1.0"
     shutil.copytree(TEMPLATE_DIR, old)
     copier_yml = (old / "copier.yml").read_text()
@@ -222,19 +223,31 @@ def test_update_gives_an_older_runner_the_default_source(tmp_path: Path) -> None
     (old / "copier.yml").write_text(copier_yml[:start] + copier_yml[copier_yml.index("demo_model:") :])
     makefile = old / "project/Makefile.jinja"
     makefile.write_text(makefile.read_text().replace("{{ library_source }}", "unknown"))
-    repo = tmp_path / "r"
-    generate(
-        RunnerSpec.build("r", library_source=str(fake_checkout(tmp_path / "c"))),
-        repo,
-        template_dir=old,
-        version="0.1.0",
+    old_pyproject = old / "project/pyproject.toml.jinja"
+    old_pyproject.write_text(
+        old_pyproject.read_text().replace('"llmbench-runner>=0.1"', '"benchmark-runner>=0.1"')
     )
+    repo = tmp_path / "r"
+    spec = RunnerSpec.build("r", library_source=str(fake_checkout(tmp_path / "c")))
+    old_spec = spec.model_copy(update={"dependencies": ["kernel-service", "torch>=2.4"]})  # refused today
+    generate(old_spec, repo, template_dir=old, version="0.1.0")
     assert "library_source" not in answers(repo)
+    assert '"benchmark-runner>=0.1",\n  "kernel-service",' in (repo / "pyproject.toml").read_text()
     git(repo, "init", "-q", "-b", "main")
     commit_all(repo)
     update(repo, version="0.2.0")
     assert answers(repo)["library_source"] == installed_source() == str(ROOT)
-    assert f"LIBRARY_SOURCE ?= {ROOT}\n" in (repo / "Makefile").read_text()
+    assert answers(repo)["dependencies"] == ["llmbench-kernel-service", "torch>=2.4"]
+    assert '"llmbench-runner>=0.1",\n  "llmbench-kernel-service",' in (repo / "pyproject.toml").read_text()
+    makefile_text = (repo / "Makefile").read_text()
+    assert f"LIBRARY_SOURCE ?= {ROOT}\n" in makefile_text and "LIB_SERVICE" in makefile_text
+
+
+def test_a_former_name_of_ours_is_refused_as_a_dependency(tmp_path: Path) -> None:
+    code, out = invoke(
+        "kb", "--dest", str(tmp_path / "kb"), "--defaults", "--dependency", "kernel-service>=0.1"
+    )
+    assert code != 0 and "use 'llmbench-kernel-service'" in out
 
 
 # ---- the default: where the running library came from (PEP 610 direct_url.json) --------------------

@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from ..distributions import LIBRARY, is_ours, library_version, normalize
+from ..distributions import LIBRARY, RENAMED, is_ours, library_version, normalize, renamed
 from ..schemas import StrictModel, describe_validation_error
 from . import library_source
 
@@ -128,6 +128,11 @@ class RunnerSpec(StrictModel):
                 ) from None
             if '"' in dep or "\\" in dep:
                 raise ValueError(f"invalid dependency {dep!r}: quotes and backslashes are not allowed")
+            if normalize(Requirement(dep).name) in RENAMED:
+                raise ValueError(
+                    f"invalid dependency {dep!r}: that is a former name of ours (on a public index it is "
+                    f"anyone's); use {RENAMED[normalize(Requirement(dep).name)]!r}"
+                )
         return value
 
     @classmethod
@@ -459,6 +464,9 @@ def update(
     repo = repo.expanduser().absolute()
     answers = read_answers(repo)
     data: dict[str, Any] = {}
+    deps = [str(d) for d in answers.get("dependencies") or []]
+    if [renamed(d) for d in deps] != deps:  # a runner of the time before our own names
+        answers["dependencies"] = data["dependencies"] = [renamed(d) for d in deps]
     if new_library_source or not answers.get("library_source"):
         spec = spec_from_answers(answers).model_copy(update={"library_source": new_library_source or ""})
         data["library_source"] = with_library_source(spec, repo, cwd).library_source

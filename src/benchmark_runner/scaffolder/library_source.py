@@ -110,17 +110,11 @@ def record(value: str, dest: Path, dists: Iterable[str] = (LIBRARY,), cwd: Path 
     if any(c.isspace() for c in str(path)):
         raise LibrarySourceError(f"library source {path}: a path with spaces cannot be used by make")
     dest = Path(os.path.normpath(dest.expanduser().absolute()))
-    if dest == path or path in dest.parents:
+    if dest == path:
+        raise LibrarySourceError(f"library source {path} is the runner's own directory; {HINT}")
+    if path in dest.parents:
         return Path(os.path.relpath(path, dest)).as_posix()
     return path.as_posix()
-
-
-def resolve(value: str, repo: Path) -> str:
-    """A recorded source as the generated repo's Makefile sees it (relative paths from ``repo``)."""
-    if is_git_url(value):
-        return value
-    path = Path(value).expanduser()
-    return (path if path.is_absolute() else Path(os.path.normpath(repo / path))).as_posix()
 
 
 def _file_path(url: str) -> Path | None:

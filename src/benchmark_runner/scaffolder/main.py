@@ -48,7 +48,8 @@ def _fail(message: str) -> None:
     metavar="PATH|URL",
     help="Where the runner's `make install` gets this project's library: a checkout of benchmark-runner, "
     "a git URL (git+https://HOST/REPO@REF) or a directory of its wheels (default: where the running "
-    "library was installed from). Recorded in .copier-answers.yml; never a package index.",
+    "library was installed from); a path is taken from the current directory. Recorded in "
+    ".copier-answers.yml; never a package index.",
 )
 @click.option("--defaults", is_flag=True, help="Never prompt: use defaults for every unanswered question.")
 @click.option("--dry-run", is_flag=True, help="List the files that would be written; write nothing.")
