@@ -78,4 +78,4 @@ bench: install
 	$(PY) bench/framework_overhead.py
 
 clean:
-	rm -rf $(VENV) runs build
+	rm -rf $(VENV) runs build services/kernel-service/build $(wildcard runners/*-runner/build)
