@@ -193,9 +193,10 @@ class Run:
 
         def read(reply: dict[str, Any]) -> Callable[[], Any]:
             out = self.decode(role, reply)
-            if role == "candidate":  # sampled on a GPU (cloning multi-GB outputs costs more than the
-                # kernels); on the CPU a copy is cheaper than drawing a million positions
-                return lambda: snapshot(out, TIMED_SAMPLE_ELEMENTS if self.device.type == "cuda" else None)
+            if self.device.type != "cuda":  # the CPU timer's span ends with this copy: the same for both
+                return lambda: snapshot(out)
+            if role == "candidate":  # sampled (cloning multi-GB outputs costs more than the kernels)
+                return lambda: snapshot(out, TIMED_SAMPLE_ELEMENTS)
             return lambda: unwrap(out)
 
         tries = 0
@@ -657,18 +658,16 @@ def _time_interleaved(
         inputs = get_inputs(fresh_seed())
         if i % 2:  # alternate which side goes first: neither always follows the judge's own work
             ref = reference(inputs)
-            ref_out = snapshot(ref.out)
             new = run.call("candidate", inputs, timer)
         else:
             new = run.call("candidate", inputs, timer)
             ref = reference(inputs)
-            ref_out = ref.out
         if why := foreign(new.out):
             raise Incorrect(f"timed call {i + 1}: {why}")
         assert new.ms is not None and ref.ms is not None
         new_raw.append(new.ms)
         ref_raw.append(ref.ms)
-        if mismatch := _mismatch(ref_out, new.out, atol, rtol):
+        if mismatch := _mismatch(ref.out, new.out, atol, rtol):
             break
         if time.perf_counter() - started > budget and len(new_raw) >= MIN_TIMED_TRIALS:
             break

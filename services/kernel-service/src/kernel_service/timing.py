@@ -18,8 +18,8 @@ outputs the judge copies right there are then incomplete: an incorrect verdict),
 writes its inputs and flushes L2 (``start -> mid`` is the judge's own work: a side's median that exceeds
 the reference side's for the same inputs by over ``PREP_SLACK`` is an execution failure).
 
-CPU (:class:`CpuTimer`): the judge's ``perf_counter`` from before it writes the inputs to the side's
-answer, which comes once the side has copied its outputs into the judge's shared memory.
+CPU (:class:`CpuTimer`): the judge's ``perf_counter`` from before it writes the inputs until it has its own
+copy of the outputs the side put into the judge's shared memory (the same copy for both sides).
 """
 
 from __future__ import annotations
@@ -78,9 +78,11 @@ class CpuTimer:
         t0 = time.perf_counter()
         write()
         reply = ask()
-        ms = (time.perf_counter() - t0) * 1e3
         if reply.get("ok"):
+            # inside the reading: work a side's native thread finishes after its answer but before the
+            # judge's copy would otherwise be untimed and still be read as done
             reply["read"] = read(reply)()
+        ms = (time.perf_counter() - t0) * 1e3
         return ms, reply
 
     null_ms = 0.0
