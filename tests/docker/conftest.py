@@ -1,4 +1,4 @@
-"""Session fixtures of the install-anywhere tests (see installs.py): the replay venv of the kernel images,
+"""Session fixtures of the install-anywhere tests (see installs.py): the venv the Dockerfile replays share,
 and a runner generated outside this checkout, installed and tested by its own Makefile in a fresh shell."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from installs import ROOT, VENV_BIN, SharedVenv, fresh_env, make_venv, readme_bl
 
 
 @pytest.fixture(scope="session")
-def kernel_venv(tmp_path_factory: pytest.TempPathFactory) -> SharedVenv:
-    return SharedVenv(make_venv(tmp_path_factory.mktemp("kernel-images") / "venv"))
+def replay_venv(tmp_path_factory: pytest.TempPathFactory) -> SharedVenv:
+    return SharedVenv(make_venv(tmp_path_factory.mktemp("replays") / "venv"))
 
 
 @pytest.fixture(scope="session")

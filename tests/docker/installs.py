@@ -4,7 +4,7 @@ Everything is real: ``create-benchmark-runner`` writes a runner into a temporary
 this checkout, its own ``make install`` and ``make test`` run in a shell that knows nothing of this
 repository's virtualenv, and the Dockerfile replays install into virtualenvs made for them. pip's
 wheel cache keeps this within a few minutes (packages come from it, not the network, after a first
-run), and so does one torch install per session (see ``SharedVenv`` in conftest.py).
+run), and so does one virtualenv for the replays, with one torch install (``SharedVenv``).
 """
 
 from __future__ import annotations
@@ -65,13 +65,19 @@ def our_version() -> str:
     return str(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"])
 
 
+#: What a runner image installs to build the runner itself, not to run anything: an image without a
+#: runner (the service's) need not ask for it.
+BUILD_BACKEND = frozenset({"setuptools>=68", "wheel"})
+
+
 @dataclass
 class SharedVenv:
-    """One clean virtualenv for the replays of the images that need torch (the service and both kernel
-    runners): torch is ~900 MB installed, so it is installed once, by the first replay's own torch step.
+    """The one clean virtualenv the Dockerfile replays share, in order: a fresh venv per image would cost
+    a torch install (~900 MB) and the common dependencies each time.
 
-    Sharing hides nothing as long as each image's own requirements include everything earlier replays
-    installed (``installed``): then whatever an image finds installed, its own files asked for too.
+    Sharing hides nothing as long as each image's own requirements include everything the replays
+    before it installed (``installed``): whatever an image finds already there, its own files asked
+    for too. The build backend of a runner image is the one allowed exception (``BUILD_BACKEND``).
     """
 
     venv: Path
@@ -80,7 +86,7 @@ class SharedVenv:
     def check_and_add(self, context: Path) -> None:
         files = [context / "build/docker" / name for name in ("torch.txt", "requirements.txt")]
         wanted = {line for f in files for line in f.read_text().splitlines() if line.strip()}
-        missing = self.installed - wanted
+        missing = self.installed - wanted - BUILD_BACKEND
         assert not missing, (
             f"an earlier replay in this venv installed what {context} does not ask for: {missing}"
         )

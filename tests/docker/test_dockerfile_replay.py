@@ -1,6 +1,6 @@
-"""Each image's Dockerfile, replayed (dockerfile_replay.py): a generated runner's, the GPU service's and
-both committed runners' (in this order: the service's requirements are the smallest set of the three
-that share a replay venv, see ``SharedVenv``).
+"""Each image's Dockerfile, replayed (dockerfile_replay.py): a generated runner's, both committed runners'
+and the GPU service's, in this order, in one shared virtualenv (``SharedVenv``: each image must ask for
+everything the replays before it installed, so sharing hides no missing requirement).
 
 The build context is made the way ``make docker-build`` makes it (its ``docker-context`` step: wheels of
 our packages from the library source, the public requirements), then every ``COPY`` and ``RUN`` of the
@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 from dockerfile_replay import Image, replay
-from installs import ROOT, TORCH_PIN, SharedVenv, fresh_env, make_venv, sh
+from installs import ROOT, TORCH_PIN, SharedVenv, fresh_env, sh
 
 pytestmark = pytest.mark.slow
 
@@ -72,14 +72,26 @@ def check_runner_image(image: Image, cli: str, model: str) -> None:
     assert [t["status"] for t in score["per_task"]] == ["correct"], score
 
 
-def test_generated_runner_image(outside_runner: Path, tmp_path: Path) -> None:
+def test_generated_runner_image(outside_runner: Path, replay_venv: SharedVenv, tmp_path: Path) -> None:
     """The runner generated outside the checkout: its own `make docker-context` with its own venv."""
     build_context(outside_runner, "docker-context")
     check_context(outside_runner)
     assert (outside_runner / "build/docker/torch.txt").read_text() == ""  # it needs no torch
-    image = do_replay(outside_runner / "Dockerfile", tmp_path, make_venv(tmp_path / "venv"))
+    replay_venv.check_and_add(outside_runner)
+    image = do_replay(outside_runner / "Dockerfile", tmp_path, replay_venv.venv)
     assert image.base.startswith("python:3.11-slim")
     check_runner_image(image, "mybench-runner", "oracle")
+
+
+@pytest.mark.parametrize("runner", ["kernelbench", "backendbench"])
+def test_committed_runner_image(runner: str, replay_venv: SharedVenv, tmp_path: Path) -> None:
+    repo = RUNNERS / f"{runner}-runner"
+    build_context(repo, "docker-context", VENV=sys.prefix)
+    check_context(repo)
+    assert (repo / "build/docker/torch.txt").read_text().startswith("torch")
+    replay_venv.check_and_add(repo)
+    image = do_replay(repo / "Dockerfile", tmp_path, replay_venv.venv)
+    check_runner_image(image, f"{runner}-runner", "reference")
 
 
 def _free_port() -> int:
@@ -88,12 +100,12 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_service_image(kernel_venv: SharedVenv, tmp_path: Path) -> None:
+def test_service_image(replay_venv: SharedVenv, tmp_path: Path) -> None:
     service = ROOT / "services/kernel-service"
     build_context(ROOT, "docker-context-service")
     check_context(service)
-    kernel_venv.check_and_add(service)
-    image = do_replay(service / "Dockerfile", tmp_path, kernel_venv.venv)
+    replay_venv.check_and_add(service)
+    image = do_replay(service / "Dockerfile", tmp_path, replay_venv.venv)
     assert image.base.startswith("nvidia/cuda:") and "devel" in image.base
     assert image.entrypoint[:2] == ["kernel-service", "serve"] and image.cmd == ["--gpus", "all"]
     helped = image.run(["--help"])
@@ -132,14 +144,3 @@ def test_service_image(kernel_venv: SharedVenv, tmp_path: Path) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-
-
-@pytest.mark.parametrize("runner", ["kernelbench", "backendbench"])
-def test_committed_runner_image(runner: str, kernel_venv: SharedVenv, tmp_path: Path) -> None:
-    repo = RUNNERS / f"{runner}-runner"
-    build_context(repo, "docker-context", VENV=sys.prefix)
-    check_context(repo)
-    assert (repo / "build/docker/torch.txt").read_text().startswith("torch")
-    kernel_venv.check_and_add(repo)
-    image = do_replay(repo / "Dockerfile", tmp_path, kernel_venv.venv)
-    check_runner_image(image, f"{runner}-runner", "reference")
