@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from ..harness import HarnessError, usable_build_dir
+from ..harness import HarnessError, fresh_seed, usable_build_dir
 from ..judge import Judge, Run, calibrate, foreign, net, snapshot, unwrap
 from ..schemas import Outcome
 from ..timing import CpuTimer, GpuTimer, PrepError
@@ -626,7 +626,7 @@ def _attempt(sides: Sides, prep: Prepared, shared: bool) -> BackendBenchEvalResp
             _kernel_callable(sides, req, prep.base)
         run.phase = "timing"
         n = len(checked.correctness)
-        _time_cases(run, req, checked.perf, resp.inputs[n:])  # kills the candidate
+        _time_cases(run, prep, checked.perf, resp.inputs[n:])  # kills the candidate
         speedups = [r.speedup for r in resp.inputs[n:] if r.speedup]
         resp.performance = math.exp(sum(math.log(s) for s in speedups) / len(speedups)) if speedups else 1.0
         if not all(r.correct for r in resp.inputs):  # a timed output differed from the op's
@@ -798,46 +798,84 @@ def _verdict(prep: Prepared, checked: Checked) -> BackendBenchEvalResponse:
     return resp
 
 
-def _time_cases(
-    run: Run, req: BackendBenchEvalRequest, cases: list[Case], results: list[InputResult]
-) -> None:
+def _rebuild_perf(prep: Prepared, seed: int) -> list[Case]:
+    """The request's performance inputs made again from ``seed``: same shapes, dtypes and layouts, new
+    values (each timed call gets its own, so a kernel cannot answer a repeated input from a cache)."""
+    req, opts = prep.req, prep.req.options
+    torch.manual_seed(seed)
+    with _quiet():
+        _, perf = build_cases(
+            req.op, req.suite, device=prep.device, dtypes=opts.dtypes or default_dtypes(prep.device),
+            seed=seed, max_inputs=opts.max_inputs, trace_file=opts.trace_file,
+        )  # fmt: skip
+    if [tuple(_shapes(c)) for c in perf] != [tuple(_shapes(c)) for c in prep.perf]:
+        raise HarnessError(
+            Outcome.UNKNOWN_ERROR, f"the performance inputs of {req.op} changed shape with the seed"
+        )
+    return perf
+
+
+def _shapes(case: Case) -> Iterator[tuple[Any, ...]]:
+    for t in _tensors((case.args, case.kwargs)):
+        yield (tuple(t.shape), tuple(t.stride()), t.dtype)
+
+
+def _time_cases(run: Run, prep: Prepared, cases: list[Case], results: list[InputResult]) -> None:
     """Every performance input timed for the kernel, whose process is then killed, then for the op: no
-    code of the submission runs while the op is timed. The last timed output of each input is checked."""
-    opts = req.options
+    code of the submission runs while the op is timed. Each timed call gets fresh values (a seed from
+    ``os.urandom`` per trial, the same for both sides) and every timed output is checked against the op's
+    output for the same values."""
+    opts = prep.req.options
     base: GpuTimer | CpuTimer = run.judge.gpu_timer(run.device) if run.device.type == "cuda" else CpuTimer()
     timers = {role: base.bind(role, partial(run.ask, role)) for role in ("candidate", "reference")}
-    last: list[Any] = []
-    kernel_raw: list[list[float]] = []
+    where = [next(k for k, p in enumerate(prep.perf) if p is c) for c in cases]
+    seeds = [fresh_seed() for _ in range(opts.perf_trials)]
+    kernel_raw: list[list[float]] = [[] for _ in cases]
+    outs: list[list[Any]] = [[] for _ in cases]
     for case in cases:
-        times = []
-        for i in range(opts.warmup + opts.perf_trials):
+        for _ in range(opts.warmup):
+            run.call("candidate", list(case.args), timers["candidate"], kwargs=case.kwargs)
+    for seed in seeds:
+        fresh = _rebuild_perf(prep, seed)
+        for j, k in enumerate(where):
+            case = fresh[k]
             timed = run.call("candidate", list(case.args), timers["candidate"], kwargs=case.kwargs)
-            if i >= opts.warmup:
-                assert timed.ms is not None
-                times.append(timed.ms)
-        kernel_raw.append(times)
-        last.append(timed.out)
+            assert timed.ms is not None
+            kernel_raw[j].append(timed.ms)
+            outs[j].append(timed.out)
+        del fresh
     reply = run.ask("candidate", {"op": "sync"})
     if not reply.get("ok"):
         raise run.side_error("candidate", reply)
     run.kill("candidate")
     null_ms = calibrate(run, base, timers["reference"], list(cases[0].args))
-    for case, result, snap, raw in zip(cases, results, last, kernel_raw, strict=True):
-        times = []
-        for i in range(opts.warmup + opts.perf_trials):
+    ref_raw: list[list[float]] = [[] for _ in cases]
+    bad: dict[int, str] = {}
+    for case in cases:
+        for _ in range(opts.warmup):
+            run.call("reference", list(case.args), timers["reference"], kwargs=case.kwargs,
+                     extra={"overload": str(case.overload)})  # fmt: skip
+    for i, seed in enumerate(seeds):
+        fresh = _rebuild_perf(prep, seed)
+        for j, k in enumerate(where):
+            case = fresh[k]
             timed = run.call(
                 "reference", list(case.args), timers["reference"], kwargs=case.kwargs,
                 extra={"overload": str(case.overload)},
             )  # fmt: skip
-            if i >= opts.warmup:
-                assert timed.ms is not None
-                times.append(timed.ms)
-        kernel_ms = result.kernel_ms = statistics.median(net(raw, null_ms))
-        ref_ms = result.ref_ms = statistics.median(net(times, null_ms))
-        mismatch, _ = compare(timed.out, snap, atol=opts.atol, rtol=opts.rtol)
-        if mismatch is not None:
+            assert timed.ms is not None
+            ref_raw[j].append(timed.ms)
+            if j not in bad:
+                mismatch, _ = compare(timed.out, outs[j][i], atol=opts.atol, rtol=opts.rtol)
+                if mismatch is not None:
+                    bad[j] = f"timed call {i + 1}: {mismatch.message}"
+        del fresh
+    for j, result in enumerate(results):
+        kernel_ms = result.kernel_ms = statistics.median(net(kernel_raw[j], null_ms))
+        ref_ms = result.ref_ms = statistics.median(net(ref_raw[j], null_ms))
+        if j in bad:
             result.correct = False
-            result.error = _trim("a timed call's output differs from the op's: " + mismatch.message)
+            result.error = _trim("a timed call's output differs from the op's: " + bad[j])
             continue
         result.speedup = ref_ms / max(kernel_ms, 1e-9)
     try:
