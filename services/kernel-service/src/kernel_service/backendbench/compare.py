@@ -57,6 +57,8 @@ def _compare_tensor(
         return Mismatch(f"{where}: device {out.device} != expected {ref.device}")
     if ref.numel() == 0:
         return None
+    if ref.layout == out.layout == torch.strided and torch.equal(ref, out):
+        return None  # identical (NaN never is: those take the long way)
     if ref.is_complex():
         ref, out = torch.view_as_real(ref), torch.view_as_real(out)
     if not ref.dtype.is_floating_point:

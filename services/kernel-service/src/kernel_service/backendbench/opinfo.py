@@ -131,6 +131,17 @@ def op_db_entries() -> dict[str, Any]:
     }
 
 
+def _identical(x: torch.Tensor, y: Any) -> bool:
+    return (
+        isinstance(y, torch.Tensor)
+        and x.layout == y.layout == torch.strided
+        and x.shape == y.shape
+        and x.dtype == y.dtype
+        and x.device == y.device
+        and bool(torch.equal(x, y))
+    )
+
+
 def _close(a: Any, b: Any) -> bool:
     """BackendBench's ``allclose``: tensors within 1e-2 (NaN equal to NaN), anything else equal."""
     stack = [(a, b)]
@@ -138,6 +149,8 @@ def _close(a: Any, b: Any) -> bool:
         while stack:
             x, y = stack.pop()
             if isinstance(x, torch.Tensor):
+                if _identical(x, y):  # the common case, without assert_close's cost
+                    continue
                 torch.testing.assert_close(x, y, equal_nan=True, atol=1e-2, rtol=1e-2)
             elif isinstance(x, (list, tuple)):
                 if not isinstance(y, (list, tuple)) or len(x) != len(y):
@@ -165,30 +178,35 @@ def _seed(seed: int, device: str) -> None:
     np.random.seed(seed)
 
 
-def sample_inputs(info: Any, device: str, dtype: torch.dtype) -> list[Any]:
-    """``info.sample_inputs(device, dtype)`` as a list, the same samples without its per-call cost:
-    OpInfo's iterator looks for the running unittest by ``inspect.stack()`` (reading the source of
-    every frame, ~40 ms here) only to pick a seed; outside a test that seed is ``SEED``, set before each
-    sample as OpInfo sets it."""
+def sample_inputs(info: Any, device: str, dtype: torch.dtype) -> Iterator[Any]:
+    """``info.sample_inputs(device, dtype)``, the same samples without its per-call cost: OpInfo's
+    iterator looks for the running unittest by ``inspect.stack()`` (reading the source of every frame,
+    ~40 ms here) only to pick a seed; outside a test that seed is ``SEED``, set before each sample as
+    OpInfo sets it. Lazy: a sample is made when it is asked for."""
     from torch.testing._internal.common_utils import SEED
 
     made = iter(info.sample_inputs_func(info, device, dtype, False))
-    samples = []
     while True:
         _seed(SEED, device)
         try:
-            samples.append(next(made))
+            sample = next(made)
         except StopIteration:
-            return samples
+            return
+        yield sample
 
 
 def traced_samples(info: Any, device: str, dtype: torch.dtype) -> Iterator[Traced]:
-    """The samples of ``info`` that count for an overload under BackendBench's rule."""
-    try:
-        samples = sample_inputs(info, device, dtype)
-    except Exception:  # noqa: BLE001 - an OpInfo that cannot make samples here has none
-        return
-    for i, sample in enumerate(samples):
+    """The samples of ``info`` that count for an overload under BackendBench's rule (lazily)."""
+    samples = sample_inputs(info, device, dtype)
+    i = -1
+    while True:
+        try:
+            sample = next(samples)
+        except StopIteration:
+            return
+        except Exception:  # noqa: BLE001 - an OpInfo that cannot make (more) samples here has no more
+            return
+        i += 1
         rec = DispatchRecorder(keep_args=True)
         try:
             with rec:
@@ -402,24 +420,23 @@ def opinfo_cases(op: str, device: str, dtypes: list[torch.dtype], max_inputs: in
         raise UnknownOpError(f"op {op!r} is not in the opinfo suite; its ops are: {', '.join(sorted(index))}")
     names = list(dict.fromkeys(n for k in keys for n in index[k]))
     db = op_db_entries()
-    per_dtype: list[list[Case]] = []
-    for dtype in dtypes:
-        found: list[Case] = []
+
+    def found(dtype: torch.dtype) -> Iterator[Case]:
+        label = str(dtype).removeprefix("torch.")
         for name in names:
             info = db.get(name)
             if info is None or dtype not in info.supported_dtypes(device):
                 continue
             for traced in traced_samples(info, device, dtype):
                 if matches_op(op, traced.overload) and _crosses((traced.args, traced.kwargs)):
-                    label = str(dtype).removeprefix("torch.")
-                    found.append(Case(traced.overload, traced.args, traced.kwargs, "correctness", label))
-        per_dtype.append(found)
+                    yield Case(traced.overload, traced.args, traced.kwargs, "correctness", label)
+
     kept = _interleave(
-        [(c for c in found if well_conditioned(c) and answer_is_unique(c)) for found in per_dtype], max_inputs
+        [(c for c in found(dt) if well_conditioned(c) and answer_is_unique(c)) for dt in dtypes], max_inputs
     )
     if kept:  # else every sample disagrees with float64: the op's meaning depends on the dtype
         return kept
-    return _interleave([iter(found) for found in per_dtype], max_inputs)
+    return _interleave([found(dt) for dt in dtypes], max_inputs)
 
 
 def _interleave(streams: list[Iterator[Case]], limit: int) -> list[Case]:
