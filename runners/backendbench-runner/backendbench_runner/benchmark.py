@@ -27,6 +27,7 @@ from kernel_service.backendbench.schemas import (
     BackendBenchOptions,
 )
 from kernel_service.backendbench.suites import UnknownOpError, suite_ops
+from kernel_service.backendbench.traces import read_op_entries
 from pydantic import Field
 
 from . import scoring
@@ -193,8 +194,15 @@ class BackendBenchRunner(BenchmarkRunner):
             suite=task.suite,
             source=source,
             task_id=task.id,
-            options=BackendBenchOptions(trace_file=self.run_options.trace_file, timeout_s=task.timeout),
+            options=BackendBenchOptions(trace=self._trace_inputs(task), timeout_s=task.timeout),
         )
+
+    def _trace_inputs(self, task: BackendBenchTask) -> dict[str, list[dict[str, Any]]] | None:
+        """torchbench with ``--trace-file``: the op's inputs from the trace, sent with the request (the
+        service's sandboxed workers read no file of the caller's); None: the service's bundled trace."""
+        if task.suite != "torchbench" or not self.run_options.trace_file:
+            return None
+        return read_op_entries(Path(self.run_options.trace_file), task.op)
 
     def build_evaluate_request(self, task: Task, generation: GenerationResult) -> dict[str, Any]:
         return self.eval_request(task, str(generation.payload)).model_dump(mode="json")

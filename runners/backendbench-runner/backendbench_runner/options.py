@@ -70,7 +70,7 @@ def cli_options() -> list[click.Option]:
         ),
         click.Option(
             ["--trace-file"],
-            help="torchbench: a larger trace file (JSON or upstream text; read on both sides)",
+            help="torchbench: a trace in BackendBench's format (e.g. its full one) instead of the bundled one",
         ),
         click.Option(["--kernel-dir"], help="root of kernels/<op>/turn_<n>.py [default: <run dir>/kernels]"),
     ]

@@ -480,7 +480,7 @@ def prepare(req: BackendBenchEvalRequest) -> Prepared | BackendBenchEvalResponse
         try:
             correctness, perf = build_cases(
                 req.op, req.suite, device=device, dtypes=dtypes, seed=opts.seed,
-                max_inputs=opts.max_inputs, trace_file=opts.trace_file,
+                max_inputs=opts.max_inputs, trace_file=opts.trace_file, trace=opts.trace,
             )  # fmt: skip
         except (UnknownOpError, SpecError, OSError) as exc:
             resp = BackendBenchEvalResponse(**base, outcome="no_inputs", correctness=0.0, feedback=str(exc))
@@ -806,7 +806,7 @@ def _rebuild_perf(prep: Prepared, seed: int) -> list[Case]:
     with _quiet():
         _, perf = build_cases(
             req.op, req.suite, device=prep.device, dtypes=opts.dtypes or default_dtypes(prep.device),
-            seed=seed, max_inputs=opts.max_inputs, trace_file=opts.trace_file,
+            seed=seed, max_inputs=opts.max_inputs, trace_file=opts.trace_file, trace=opts.trace,
         )  # fmt: skip
     if [tuple(_shapes(c)) for c in perf] != [tuple(_shapes(c)) for c in prep.perf]:
         raise HarnessError(

@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -289,18 +289,24 @@ def selection_dtypes(info: Any, device: str, dtype: torch.dtype, fallback: torch
 
 
 def build_opinfo_index(
-    device: str = "cpu", dtype: torch.dtype = torch.bfloat16, fallback: torch.dtype = torch.float32
+    device: str = "cpu",
+    dtype: torch.dtype = torch.bfloat16,
+    fallback: torch.dtype = torch.float32,
+    entries: Iterable[str] | None = None,
 ) -> dict[str, Any]:
     """Scan ``op_db`` with BackendBench's rule (in ``dtype``, as BackendBench's run in bf16): the suite's
     overloads, with the OpInfo entries whose samples count for each, and the overloads the rule selects
-    that are left out, with the reason."""
+    that are left out, with the reason. ``entries``: only these OpInfo entries (all by default)."""
     from .references import has_reference
 
     ops: dict[str, list[str]] = {}
     excluded: dict[str, str] = {}
+    wanted = None if entries is None else set(entries)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for name, info in op_db_entries().items():
+            if wanted is not None and name not in wanted:
+                continue
             for dt in selection_dtypes(info, device, dtype, fallback):
                 for traced in traced_samples(info, device, dt):
                     key = overload_key(traced.overload)

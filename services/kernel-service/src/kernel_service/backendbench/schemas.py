@@ -46,7 +46,13 @@ class BackendBenchOptions(StrictModel):
     seed: int = 0
     trace_file: str | None = Field(
         default=None,
-        description="torchbench suite: a larger trace file (JSON or upstream text) on the worker",
+        description="torchbench suite: a trace file (upstream text, or JSON) the worker can read",
+    )
+    trace: dict[str, list[dict[str, Any]]] | None = Field(
+        default=None,
+        description="torchbench suite: this op's inputs from a trace, overload -> [{cnt, args, kwargs}] as "
+        "JSON arg specs (traces.op_entries); the runner sends them from --trace-file, so the worker reads "
+        "no file of the caller's",
     )
     detect_original_op: bool = True
     timeout_s: float = Field(

@@ -23,7 +23,14 @@ import torch
 from .cases import Case, DispatchRecorder, UnknownOpError, matches_op, resolve_overload
 from .opinfo import OPINFO_INDEX, build_opinfo_index, checkable_here, opinfo_cases, opinfo_index
 from .tensors import build_arg, dtype_of
-from .traces import TORCHBENCH_TRACE, load_trace, parse_upstream_trace, torchbench_cases, trace_ops
+from .traces import (
+    TORCHBENCH_TRACE,
+    cached_trace,
+    load_trace,
+    parse_upstream_trace,
+    torchbench_cases,
+    trace_ops,
+)
 
 __all__ = [
     "OPINFO_INDEX",
@@ -204,8 +211,11 @@ def build_cases(
     seed: int = 0,
     max_inputs: int = 32,
     trace_file: str | None = None,
+    trace: dict[str, list[dict[str, Any]]] | None = None,
 ) -> tuple[list[Case], list[Case]]:
-    """(correctness cases, performance cases) for ``op`` in ``suite`` on ``device``."""
+    """(correctness cases, performance cases) for ``op`` in ``suite`` on ``device``. torchbench: the
+    inputs are ``trace`` (the part of a trace for ``op``, sent with the request) when given, else those
+    of the trace file at ``trace_file`` (the bundled one by default)."""
     torch_dtypes = [dtype_of(d) for d in dtypes]
     base = op.split(".")[0]
     if suite in ("smoke", "facto"):
@@ -220,12 +230,14 @@ def build_cases(
                 base, SMOKE_PERFORMANCE[base], "performance", [torch.float32], device, seed + 1
             )
     elif suite == "torchbench":
-        path = Path(trace_file) if trace_file else TORCHBENCH_TRACE
-        if base not in trace_ops(path):
-            raise UnknownOpError(
-                f"op {op!r} is not in trace {path.name}; its ops are: {', '.join(trace_ops(path))}"
-            )
-        correctness = torchbench_cases(op, path, device, seed, max_inputs)
+        if trace is None:
+            path = Path(trace_file) if trace_file else TORCHBENCH_TRACE
+            if base not in trace_ops(path):
+                raise UnknownOpError(
+                    f"op {op!r} is not in trace {path.name}; its ops are: {', '.join(trace_ops(path))}"
+                )
+            trace = cached_trace(path)
+        correctness = torchbench_cases(op, trace, device, seed, max_inputs)
         perf = [Case(c.overload, c.args, c.kwargs, "performance", c.dtype) for c in correctness[:3]]
     elif suite == "opinfo":
         correctness, perf = opinfo_cases(op, device, torch_dtypes, max_inputs), []

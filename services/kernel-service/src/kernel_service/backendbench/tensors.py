@@ -9,9 +9,13 @@ and ``{"memory_format": "channels_last"}`` are the evaluation device, a layout a
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
+
+#: Elements one tensor of an arg spec may hold (a trace line cannot make the judge allocate more).
+MAX_ELEMENTS = 1 << 31
 
 DTYPE_NAMES: dict[str, torch.dtype] = {
     "f64": torch.float64,
@@ -133,7 +137,14 @@ def build_arg(spec: Any, dtype: torch.dtype, device: str, gen: torch.Generator) 
             if "memory_format" in spec and len(spec) == 1 and spec["memory_format"] in MEMORY_FORMATS:
                 return MEMORY_FORMATS[spec["memory_format"]]
             raise SpecError(f"a dict arg must be a tensor spec with key 'T' (got keys {sorted(spec)})")
-        size = [int(s) for s in spec["T"]]
+        try:
+            size = [int(s) for s in spec["T"]]
+        except (TypeError, ValueError):
+            raise SpecError(f"a tensor's shape must be a list of ints, got {spec['T']!r}") from None
+        if any(s < 0 for s in size) or math.prod(size) > MAX_ELEMENTS:
+            raise SpecError(
+                f"a tensor of shape {size}: sizes must be >= 0 and hold at most {MAX_ELEMENTS} elements"
+            )
         dt = dtype if spec.get("dtype", "$") == "$" else dtype_of(spec["dtype"])
         stride = spec.get("stride")
         init = spec.get("init", "randn")
@@ -142,9 +153,14 @@ def build_arg(spec: Any, dtype: torch.dtype, device: str, gen: torch.Generator) 
             for s in size:
                 n *= s
             return _values(n, dt, init, gen).reshape(size).to(device)
-        stride = [int(s) for s in stride]
+        try:
+            stride = [int(s) for s in stride]
+        except (TypeError, ValueError):
+            raise SpecError(f"a tensor's stride must be a list of ints, got {stride!r}") from None
         if len(stride) != len(size):
             raise SpecError(f"stride {stride} and size {size} differ in rank")
+        if any(s < 0 for s in stride) or _extent(size, stride) > MAX_ELEMENTS:
+            raise SpecError(f"stride {stride}: strides must be >= 0 and span at most {MAX_ELEMENTS} elements")
         data = _values(max(_extent(size, stride), 1), dt, init, gen).to(device)
         return data.as_strided(size, stride)
     if isinstance(spec, list):

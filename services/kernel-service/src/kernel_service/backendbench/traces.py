@@ -212,6 +212,11 @@ def supported(overload: str) -> bool:
     return not any(s in overload for s in UPSTREAM_UNSUPPORTED)
 
 
+def cached_trace(path: Path | None = None) -> dict[str, list[dict[str, Any]]]:
+    """The parsed trace at ``path`` (the bundled one by default), parsed once per process."""
+    return _cached_trace(str(path or TORCHBENCH_TRACE))
+
+
 def trace_ops(path: Path | None = None) -> list[str]:
     """The op (packet) names a trace holds, e.g. ``add`` for ``aten.add.Tensor``, in trace order."""
     names = []
@@ -224,18 +229,42 @@ def trace_ops(path: Path | None = None) -> list[str]:
     return names
 
 
-def torchbench_cases(op: str, path: Path, device: str, seed: int, max_inputs: int) -> list[Case]:
-    """The trace's inputs for ``op`` (every overload of a packet name), largest first, at most
-    ``max_inputs``."""
+def op_entries(trace: dict[str, list[dict[str, Any]]], op: str) -> dict[str, list[dict[str, Any]]]:
+    """The part of a parsed trace that holds ``op``'s inputs (every overload of a packet name): what a
+    runner sends with a request, so the worker needs no file of its own."""
+    found = {}
+    for overload_name, entries in trace.items():
+        if supported(overload_name) and matches_op(op, resolve_overload(overload_name)):
+            found[overload_name] = entries
+    return found
+
+
+def read_op_entries(path: Path, op: str) -> dict[str, list[dict[str, Any]]]:
+    """:func:`op_entries` of the trace file at ``path`` (parsed once per process)."""
+    return op_entries(_cached_trace(str(path)), op)
+
+
+def torchbench_cases(
+    op: str, trace: dict[str, list[dict[str, Any]]], device: str, seed: int, max_inputs: int
+) -> list[Case]:
+    """The inputs of ``trace`` (a parsed trace, or the part of one for ``op``) for ``op`` (every overload
+    of a packet name), largest first, at most ``max_inputs``."""
     sized: list[tuple[int, int, Any, list[Any], dict[str, Any]]] = []
-    for overload_name, entries in _cached_trace(str(path)).items():
-        if not supported(overload_name):
-            continue
+    for overload_name, entries in op_entries(trace, op).items():
         overload = resolve_overload(overload_name)
-        if not matches_op(op, overload):
-            continue
         for entry in entries:
-            size = _spec_bytes(entry["args"]) + _spec_bytes(list(entry.get("kwargs", {}).values()))
+            if (
+                not isinstance(entry, dict)
+                or not isinstance(entry.get("args"), list)
+                or not isinstance(entry.get("kwargs", {}), dict)
+            ):
+                raise SpecError(
+                    f"{overload_name}: an input must be an object with an 'args' list and 'kwargs'"
+                )
+            try:
+                size = _spec_bytes(entry["args"]) + _spec_bytes(list(entry.get("kwargs", {}).values()))
+            except (TypeError, ValueError) as exc:
+                raise SpecError(f"{overload_name}: a tensor's shape is not a list of ints ({exc})") from None
             sized.append((size, len(sized), overload, entry["args"], entry.get("kwargs", {})))
     sized.sort(key=lambda s: (-s[0], s[1]))  # the largest inputs matter most, as upstream
     cases = []
@@ -264,6 +293,8 @@ def _spec_bytes(spec: Any) -> int:
 __all__ = [
     "TORCHBENCH_TRACE",
     "load_trace",
+    "op_entries",
+    "read_op_entries",
     "parse_upstream_trace",
     "torchbench_cases",
     "trace_ops",
