@@ -1,14 +1,18 @@
 """The four BackendBench suites: which ops each holds and the sample inputs each op is checked on.
 
 * ``smoke``: six everyday ops with a few hand-picked inputs plus larger performance inputs.
-* ``opinfo``: inputs from PyTorch's OpInfo database (``op_db``), kept only where a sample dispatches to
-  exactly one aten op; the op list (``data/opinfo_ops.json``) is built by ``build_opinfo_index``.
-* ``torchbench``: inputs recorded from real models: a small trace of our own in ``data/``, or a larger
-  trace file (our JSON format, or upstream's text format, parsed without ``eval``).
-* ``facto``: edge cases. The PyPI package named ``facto`` is an unrelated 2012 factorial script and
-  Meta's FACTO is not on PyPI, so we generate edge cases ourselves: empty tensors, size-1 dims,
-  non-contiguous and expanded (stride-0) views, broadcasting, 0-d tensors, extreme values (inf, nan,
-  huge, tiny, -0).
+* ``opinfo``: inputs from PyTorch's OpInfo database (``op_db``), selected by BackendBench's rule
+  (``opinfo.py``); the op list is the index ``data/opinfo_ops.json``, built for one torch by
+  ``build_opinfo_index``.
+* ``torchbench``: inputs recorded from real models, in BackendBench's trace format (``traces.py``): the
+  bundled small trace, a trace file, or the part of one a request carries.
+* ``facto``: edge cases. Upstream draws these with FACTO (pytorch-labs/FACTO): per-overload specs of the
+  valid argument space, from which up to 10 random, constraint-satisfying argument tuples are drawn per
+  overload. FACTO is not on PyPI (the PyPI ``facto`` is an unrelated 2012 factorial script), so this
+  suite is ours: fixed, hand-written edge cases per op family for 12 ops (empty tensors, 0-d and size-1
+  tensors, transposed, gapped and expanded (stride-0) views, broadcasting, extreme values: inf, nan,
+  huge, tiny, -0), not random draws from specs over all Core ATen ops; the runner's README lists the
+  differences.
 
 Everything here runs inside the worker: it builds real tensors on the evaluation device.
 """
