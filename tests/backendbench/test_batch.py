@@ -141,3 +141,24 @@ def test_split_batch_gives_every_worker_a_job_and_bounds_the_job_size() -> None:
     assert [len(r) for r in split_batch(10, 2)] == [5, 5]
     chunks = split_batch(300, 1, max_per_job=128)
     assert [len(r) for r in chunks] == [100, 100, 100] and chunks[0].start == 0 and chunks[-1].stop == 300
+
+
+def test_the_kernel_never_sees_an_input_the_op_rejects() -> None:
+    """A trace may hold inputs the op itself rejects (they are not tests); grouped or alone, the kernel is
+    not called on them, so a kernel that would crash there is still correct."""
+    from kernel_service.backendbench.traces import parse_upstream_trace
+
+    trace = parse_upstream_trace(
+        "Operator: aten.mm.default\n"
+        "cnt: 4, ((T([6, 3], f32), T([3, 5], f32)), {})\n"
+        "cnt: 1, ((T([6, 4], f32), T([3, 5], f32)), {})\n"  # mismatched: the op raises
+        "cnt: 2, ((T([2, 7], f32), T([7, 2], f32)), {})\n"
+    )
+    crashes_on_mismatch = reference_source("mm") + (
+        "\nimport os, signal\n_mm = mm_kernel_impl\n\n\ndef mm_kernel_impl(a, b):\n"
+        "    if a.shape[1] != b.shape[0]:\n        os.kill(os.getpid(), signal.SIGSEGV)\n    return _mm(a, b)\n"
+    )
+    request = req("mm", crashes_on_mismatch, "torchbench", trace=trace)
+    for verdict in (evaluate_batch([request, ref("abs.default")])["verdicts"][0], evaluate(request)):
+        assert verdict["outcome"] == "correct", verdict["feedback"]
+        assert verdict["n_correctness_inputs"] == 2

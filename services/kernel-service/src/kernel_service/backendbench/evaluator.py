@@ -332,11 +332,12 @@ def _grouped_check(
     sides: Sides, req: BackendBenchEvalRequest, cases: list[Case]
 ) -> list[tuple[Case, InputResult | None, set[str]]] | None:
     """``cases`` through both sides in one call each: per input, its result (None: the op rejects it, not
-    a test) and the ops the kernel called. None when the group must be checked input by input: the
-    kernel raised on some input (its own call gives the message) or a side refused the group's outputs."""
+    a test) and the ops the kernel called. The kernel sees only the inputs the op accepts, as when each is
+    checked alone. None when the group must be checked input by input: the kernel raised on some input
+    (its own call gives the message), a side refused the group's outputs, or a driver would not load."""
     run = sides.run
-    sides.use("reference", "driver")
-    sides.use("candidate", "driver")
+    if not sides.use("reference", "driver"):
+        return None
     ref_calls = [(str(c.overload), list(c.args), dict(c.kwargs)) for c in cases]
     try:
         ref_call = run.call("reference", [ref_calls])
@@ -344,42 +345,44 @@ def _grouped_check(
         if not sides.alive("reference"):
             raise
         return None
+    ref_out = ref_call.out
+    if not _pairs(ref_out, len(cases)):
+        return None
+    accepted = [i for i, (ok, _) in enumerate(ref_out) if ok]
+    found: list[tuple[Case, InputResult | None, set[str]]] = [(c, None, set()) for c in cases]
+    if not accepted:
+        return found
+    if not sides.use("candidate", "driver"):
+        return None
+    ker_calls = [(list(cases[i].args), dict(cases[i].kwargs)) for i in accepted]
     try:
-        ker_call = run.call(
-            "candidate", [[(list(c.args), dict(c.kwargs)) for c in cases]], extra={"record": True}
-        )
+        ker_call = run.call("candidate", [ker_calls], extra={"record": True})
     except HarnessError:
         if not sides.alive("candidate"):
             raise
         return None
-    ref_out, ker_out = ref_call.out, ker_call.out
-    if not _pairs(ref_out, len(cases)) or not _pairs(ker_out, len(cases)):
-        return None
-    if not all(ok for ok, _ in ker_out):
+    ker_out = ker_call.out
+    if not _pairs(ker_out, len(accepted)) or not all(ok for ok, _ in ker_out):
         return None  # the kernel raised on some input: its own call reports the error
     called = {str(c) for c in (ker_call.reply.get("called") or [])[:1000]}
     ref_after = ref_call.inputs_after()[0][0]
     ker_after = clone_value(ker_call.inputs_after()[0][0])
     ref_packed, ker_packed = ref_call.packed[0][0], ker_call.packed[0][0]
-    found: list[tuple[Case, InputResult | None, set[str]]] = []
-    for i, case in enumerate(cases):
-        ok, ref_i = ref_out[i]
-        if not ok:
-            found.append((case, None, set()))
-            continue
-        out = snapshot(ker_out[i][1])
+    for j, i in enumerate(accepted):
+        case, ref_i = cases[i], ref_out[i][1]
+        out = snapshot(ker_out[j][1])
         if why := foreign(out):
             result = _result(case, req)
             result.error = why
-            found.append((case, result, called))
+            found[i] = (case, result, called)
             continue
         ref_inputs = (list(ref_after[i][1]), ref_after[i][2])
-        ker_inputs = (list(ker_after[i][0]), ker_after[i][1])
+        ker_inputs = (list(ker_after[j][0]), ker_after[j][1])
         result = judge_case(
             case, req, unwrap(ref_i), ref_inputs, _side_aliases(ref_i, ref_packed[i][1:]),
-            out, ker_inputs, _side_aliases(ker_out[i][1], ker_packed[i]),
+            out, ker_inputs, _side_aliases(ker_out[j][1], ker_packed[j]),
         )  # fmt: skip
-        found.append((case, result, called))
+        found[i] = (case, result, called)
     return found
 
 
