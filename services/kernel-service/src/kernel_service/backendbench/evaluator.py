@@ -21,6 +21,8 @@ import time
 import traceback
 import warnings
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -588,39 +590,62 @@ def _harness_verdict(prep: Prepared, err: HarnessError) -> BackendBenchEvalRespo
     return BackendBenchEvalResponse(**prep.base, outcome=outcome, correctness=0.0, feedback=err.message)
 
 
-def judge_prepared(sides: Sides, prep: Prepared, shared: bool = False) -> BackendBenchEvalResponse:
+class Ahead:
+    """The next request of a batch prepared on a thread while the sides run this op's correctness pass
+    (the judge mostly waits on them then); never while an op is timed, so the judge's own work stays out
+    of the timings and their random draws out of the next op's seeded inputs."""
+
+    def __init__(self, pool: ThreadPoolExecutor | None, request: BackendBenchEvalRequest | None) -> None:
+        self.pool, self.request = pool, request
+        self.future: Future[Prepared | BackendBenchEvalResponse] | None = None
+
+    def start(self) -> None:
+        if self.future is None and self.pool is not None and self.request is not None:
+            self.future = self.pool.submit(prepare, self.request)
+
+    def wait(self) -> None:
+        if self.future is not None:
+            futures_wait([self.future])
+
+
+def judge_prepared(
+    sides: Sides, prep: Prepared, shared: bool = False, ahead: Ahead | None = None
+) -> BackendBenchEvalResponse:
     """The verdict for one prepared request. ``shared``: the kernel may join the kernels already loaded
     in the candidate process (a batch); a verdict other than correct reached there is reached again in a
     candidate process of its own, so one kernel cannot fail another (a correct one cannot be forged: the
-    judge reads every output itself)."""
+    judge reads every output itself). ``ahead``: the next op's preparation, run during correctness."""
+    ahead = ahead or Ahead(None, None)
     sides.run.phase = "startup"
     sides.deadline(prep.req.options.timeout_s)
     sides.shared = False
     try:
-        resp = _attempt(sides, prep, shared)
+        resp = _attempt(sides, prep, shared, ahead)
     except HarnessError as err:
         resp = _harness_verdict(prep, err)
     if sides.shared and resp.outcome != "correct":
         sides.deadline(prep.req.options.timeout_s)
         try:
-            resp = _attempt(sides, prep, False)
+            resp = _attempt(sides, prep, False, ahead)
         except HarnessError as err:
             resp = _harness_verdict(prep, err)
     return _done(resp, prep.started)
 
 
-def _attempt(sides: Sides, prep: Prepared, shared: bool) -> BackendBenchEvalResponse:
+def _attempt(sides: Sides, prep: Prepared, shared: bool, ahead: Ahead) -> BackendBenchEvalResponse:
     """One go at the verdict (``sides.shared`` says whether the candidate process held other kernels)."""
     run, req = sides.run, prep.req
     ran_shared = sides.candidate(shared)
     loaded = _load(sides, req, prep.base)
     if loaded is not None:
         return loaded
+    ahead.start()
     checked = _check(sides, prep)
     if checked.dead_context:  # the candidate's CUDA context is poisoned: no later kernel may use it
         run.kill("candidate")
     resp = _verdict(prep, checked)
     if resp.correctness and req.options.measure_performance and checked.perf:
+        ahead.wait()
         if ran_shared:  # timed in a process of its own, as when judged alone
             sides.start("candidate")
             if (again := _load(sides, req, prep.base)) is not None:
@@ -676,14 +701,18 @@ def evaluate_batch(requests: list[dict[str, Any]], judge: Judge | None = None) -
         with _quiet(), tempfile.TemporaryDirectory(prefix="backendbench-batch-", dir=judge.tmp) as tmp:
             run = Run(judge, Path(tmp), torch.device(device), reqs[indices[0]].options.timeout_s)
             sides = Sides(run)
+            pending: Future[Prepared | BackendBenchEvalResponse] | None = None
             try:
-                for i in indices:
-                    prep = prepare(reqs[i])
-                    verdicts[i] = (
-                        prep
-                        if isinstance(prep, BackendBenchEvalResponse)
-                        else judge_prepared(sides, prep, shared=True)
-                    )
+                with ThreadPoolExecutor(1, thread_name_prefix="backendbench-prepare") as pool:
+                    for pos, i in enumerate(indices):
+                        prep = pending.result() if pending is not None else prepare(reqs[i])
+                        nxt = reqs[indices[pos + 1]] if pos + 1 < len(indices) else None
+                        ahead = Ahead(pool, nxt)
+                        if isinstance(prep, BackendBenchEvalResponse):
+                            verdicts[i], pending = prep, None
+                            continue
+                        verdicts[i] = judge_prepared(sides, prep, shared=True, ahead=ahead)
+                        pending = ahead.future
             finally:
                 run.close()
     assert all(v is not None for v in verdicts)

@@ -53,7 +53,7 @@ async def run_in_pool(pool: JobRunner, request: BackendBenchEvalRequest) -> Back
 
 #: Kernels one worker job judges at most: a batch is split into at least one job per worker, and into
 #: jobs of at most this many ops, so other runs get turns at a worker between them.
-MAX_OPS_PER_JOB = 128
+MAX_OPS_PER_JOB = 256
 
 
 def split_batch(n: int, workers: int, max_per_job: int = MAX_OPS_PER_JOB) -> list[range]:
