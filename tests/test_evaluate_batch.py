@@ -170,3 +170,55 @@ async def test_an_unreachable_service_fails_every_caller_of_the_batch() -> None:
                 tg.start_soon(one, i)
     assert len(errors) == 3 and all(e.status_code is None for e in errors)
     assert len({id(e) for e in errors}) == 1  # the one answer the batch got, handed to each caller
+
+
+class ShortService(EchoService):
+    """Answers a batch with one result too few (a service bug the route must not pass on)."""
+
+    async def evaluate_batch(self, requests: list[Any]) -> list[BaseModel]:
+        return list(await super().evaluate_batch(requests))[:-1]
+
+
+def test_a_service_answering_the_wrong_number_of_results_is_a_500(
+    serve_app: Callable[..., RunningServer],
+) -> None:
+    srv = serve_app(make_app(ShortService()))
+    with httpx.Client(base_url=srv.url) as http:
+        r = http.post("/v1/evaluate-batch", json={"requests": [body("a"), body("b")]})
+    assert r.status_code == 500 and "1 results for 2 requests" in r.text
+
+
+@pytest.mark.anyio
+async def test_a_batch_answer_of_the_wrong_shape_is_sent_again_one_by_one(
+    serve_app: Callable[..., RunningServer],
+) -> None:
+    """A server (not ours) whose batch route answers 200 with too few results: each evaluation goes again
+    alone and gets its own answer."""
+    from fastapi import FastAPI
+
+    app = FastAPI()
+    seen: list[str] = []
+
+    @app.post("/v1/evaluate-batch")
+    async def batch(payload: dict[str, Any]) -> dict[str, Any]:
+        seen.append("batch")
+        return {"results": []}
+
+    @app.post("/v1/evaluate")
+    async def one(payload: dict[str, Any]) -> dict[str, Any]:
+        seen.append("one")
+        return {"status": "correct", "score": float(len(payload["generation"]["payload"]))}
+
+    srv = serve_app(app)
+    async with ServiceClient(srv.url, retries=0) as inner:
+        client = BatchingClient(inner)
+        scores: dict[str, float] = {}
+
+        async def ask(text: str) -> None:
+            scores[text] = (await client.post("/v1/evaluate", body(text)))["score"]
+
+        async with anyio.create_task_group() as tg:
+            for text in ("a", "bb", "ccc"):
+                tg.start_soon(ask, text)
+    assert scores == {"a": 1.0, "bb": 2.0, "ccc": 3.0}
+    assert seen.count("batch") == 1 and seen.count("one") == 3 and client.batches_sent == 0

@@ -67,18 +67,29 @@ def _module_source(module: str) -> str:
     return (HERE / f"{module}.py").read_text()
 
 
+def _packet_overload(packet: str) -> str | None:
+    """The overload a packet name's decomposition-based kernel follows: ``default``, else the first
+    overload of the packet with a reference (``unbind`` -> ``unbind.int``)."""
+    if has_reference(f"{packet}.default"):
+        return f"{packet}.default"
+    found = getattr(torch.ops.aten, packet, None)
+    names = sorted(found.overloads()) if found is not None else []
+    return next((f"{packet}.{n}" for n in names if has_reference(f"{packet}.{n}")), None)
+
+
 def reference_source(op: str) -> str | None:
     """The source of a kernel for ``op`` that is correct without calling the op (None: there is none).
 
     ``op`` is an overload (``add.Tensor``, the opinfo suite's names) or a packet (``add``: the smoke,
-    facto and torchbench suites' names; a decomposition-based kernel then follows ``<packet>.default``).
+    facto and torchbench suites' names; a decomposition-based kernel then follows one overload of it:
+    ``default``, else the first with a reference).
     """
     entry = _hand_written(op)
     if entry is not None:
         module, function = entry.split(":")
         return f"{_module_source(module)}\n\n{function_name(op)} = {function}\n"
-    key = op if "." in op else f"{op}.default"
-    if not has_reference(key):
+    key = op if "." in op else _packet_overload(op)
+    if key is None or not has_reference(key):
         return None
     packet, _, overload = key.partition(".")
     if key in DECOMPOSED_UPCAST:
