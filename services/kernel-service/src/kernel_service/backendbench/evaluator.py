@@ -454,6 +454,8 @@ class Prepared:
     perf: list[Case]
     forbidden: set[str]
     started: float
+    #: seconds spent preparing (a batch prepares the next op while this one runs: its own time only)
+    prep_s: float = 0.0
 
 
 def _done(resp: BackendBenchEvalResponse, started: float) -> BackendBenchEvalResponse:
@@ -504,7 +506,7 @@ def prepare(req: BackendBenchEvalRequest) -> Prepared | BackendBenchEvalResponse
             )
             return _done(resp, started)
         forbidden = forbidden_packets(req.op, correctness + perf) if opts.detect_original_op else set()
-    return Prepared(req, device, base, correctness, perf, forbidden, started)
+    return Prepared(req, device, base, correctness, perf, forbidden, started, time.perf_counter() - started)
 
 
 class Sides:
@@ -616,6 +618,7 @@ def judge_prepared(
     candidate process of its own, so one kernel cannot fail another (a correct one cannot be forged: the
     judge reads every output itself). ``ahead``: the next op's preparation, run during correctness."""
     ahead = ahead or Ahead(None, None)
+    judging = time.perf_counter()
     sides.run.phase = "startup"
     sides.deadline(prep.req.options.timeout_s)
     sides.shared = False
@@ -629,7 +632,8 @@ def judge_prepared(
             resp = _attempt(sides, prep, False, ahead)
         except HarnessError as err:
             resp = _harness_verdict(prep, err)
-    return _done(resp, prep.started)
+    resp.duration_s = prep.prep_s + time.perf_counter() - judging
+    return resp
 
 
 def _attempt(sides: Sides, prep: Prepared, shared: bool, ahead: Ahead) -> BackendBenchEvalResponse:
