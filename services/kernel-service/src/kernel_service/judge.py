@@ -275,6 +275,14 @@ class Run:
         finally:
             side.zygote.thaw(side.pid)
 
+    def end_candidate(self) -> None:
+        """Wait for the candidate's queued work (an asynchronous fault of its last calls is its own),
+        then kill it: nothing of the submission runs after its timing."""
+        reply = self.ask("candidate", {"op": "sync"})
+        if not reply.get("ok"):
+            raise self.side_error("candidate", reply)
+        self.kill("candidate")
+
     def kill(self, role: str) -> None:
         side = self.sides.get(role)
         if side is None:
@@ -593,10 +601,7 @@ def _time(
             break
     if chosen is not None and checked[-1:] != [last]:
         checked.append(last)
-    reply = run.ask("candidate", {"op": "sync"})  # an asynchronous fault of the last calls is the candidate's
-    if not reply.get("ok"):
-        raise run.side_error("candidate", reply)
-    run.kill("candidate")
+    run.end_candidate()
 
     null_ms = calibrate(run, base, timers["reference"], get_inputs(warm_seed))
     try:
@@ -671,10 +676,7 @@ def _time_interleaved(
             break
         if time.perf_counter() - started > budget and len(new_raw) >= MIN_TIMED_TRIALS:
             break
-    reply = run.ask("candidate", {"op": "sync"})
-    if not reply.get("ok"):
-        raise run.side_error("candidate", reply)
-    run.kill("candidate")
+    run.end_candidate()
     return {
         "ref": TimingStats.of(ref_raw),
         "new": TimingStats.of(new_raw),

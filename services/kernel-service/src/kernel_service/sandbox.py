@@ -403,10 +403,9 @@ def become_subreaper() -> bool:
         return False
 
 
-def child_pids(pid: int | None = None) -> list[int]:
-    """Direct children of ``pid`` (default: this process), from /proc."""
-    me = os.getpid() if pid is None else pid
-    out = []
+def parent_pids() -> dict[int, int]:
+    """pid -> parent pid of every process visible here, from /proc."""
+    out = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -416,9 +415,15 @@ def child_pids(pid: int | None = None) -> list[int]:
             continue
         # Field 4 (ppid) follows the command name, which is in parentheses and may contain spaces.
         fields = stat.rsplit(")", 1)[-1].split()
-        if len(fields) > 1 and int(fields[1]) == me:
-            out.append(int(entry))
+        if len(fields) > 1:
+            out[int(entry)] = int(fields[1])
     return out
+
+
+def child_pids(pid: int | None = None) -> list[int]:
+    """Direct children of ``pid`` (default: this process), from /proc."""
+    me = os.getpid() if pid is None else pid
+    return [p for p, parent in parent_pids().items() if parent == me]
 
 
 def kill_leftover_processes(rounds: int = 5, keep: set[int] | frozenset[int] = frozenset()) -> int:

@@ -162,21 +162,6 @@ def _signal(pid: int, sig: int) -> None:
         pass
 
 
-def _parents() -> dict[int, int]:
-    """pid -> ppid of every process this zygote can see, from /proc."""
-    out = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            fields = stat.rsplit(")", 1)[-1].split()  # the command name, in parentheses, may hold spaces
-            if len(fields) > 1:
-                out[int(entry)] = int(fields[1])
-    return out
-
-
 def _stopped(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
@@ -190,10 +175,12 @@ def _freeze(side: int, spare: set[int]) -> set[int]:
     not a side in ``spare``), until a scan finds no process of theirs still running: a process forked
     between a scan and the stop is found by the next scan, and a stopped process forks nothing.
     Returns once each is really stopped, so nothing of the side runs while another side is timed."""
+    from .sandbox import parent_pids
+
     held: set[int] = set()
     me = os.getpid()
     for _ in range(50):
-        parents = _parents()
+        parents = parent_pids()
         kids: dict[int, list[int]] = {}
         for pid, ppid in parents.items():
             kids.setdefault(ppid, []).append(pid)

@@ -880,10 +880,7 @@ def _time_cases(run: Run, prep: Prepared, cases: list[Case], results: list[Input
             kernel_raw[j].append(timed.ms)
             outs[j].append(timed.out)
         del fresh
-    reply = run.ask("candidate", {"op": "sync"})
-    if not reply.get("ok"):
-        raise run.side_error("candidate", reply)
-    run.kill("candidate")
+    run.end_candidate()
     null_ms = calibrate(run, base, timers["reference"], list(cases[0].args))
     ref_raw: list[list[float]] = [[] for _ in cases]
     bad: dict[int, str] = {}

@@ -31,12 +31,14 @@ from typing import Any
 import torch
 
 from .cases import Case, DispatchRecorder, UnknownOpError, matches_op, overload_key
+from .traces import UPSTREAM_UNSUPPORTED
 
 DATA_DIR = Path(__file__).parent / "data"
 OPINFO_INDEX = DATA_DIR / "opinfo_ops.json"
 INDEX_FORMAT = "backendbench-opinfo-index/2"
 
-#: Overloads BackendBench's own op lists leave out (creation/manipulation, random, unsupported).
+#: Overloads BackendBench's own op lists leave out (creation/manipulation, random), and those its
+#: torchbench suite does not support (one list, in ``traces``).
 UPSTREAM_LEFT_OUT = frozenset(
     {
         "cat.default",
@@ -54,21 +56,8 @@ UPSTREAM_LEFT_OUT = frozenset(
         "unsqueeze_.default",
         "bernoulli.default",
         "bernoulli.Tensor",
-        "embedding.default",
-        "scatter.src",
-        "scatter.reduce",
-        "scatter.value",
-        "scatter.value_reduce",
-        "im2col_backward.default",
-        "col2im_backward.default",
-        "native_layer_norm_backward.default",
-        "upsample_nearest2d_backward.default",
-        "upsample_bilinear2d_backward.default",
-        "_cudnn_rnn_backward.default",
-        "_cudnn_rnn.default",
-        "_fft_c2c.default",
     }
-)
+) | frozenset(UPSTREAM_UNSUPPORTED)
 #: OpInfo entries BackendBench skips by name.
 UPSTREAM_SKIPPED_ENTRIES = frozenset({"nonzero_static"})
 
