@@ -40,6 +40,21 @@ def test_cheat_gets_no_undeserved_correct(client: httpx.Client, case: str, optio
     assert_healthy(client)
 
 
+def test_a_cached_reference_timing_still_checks_every_timed_output(client: httpx.Client) -> None:
+    """With the reference's timing from the cache, each timed candidate output is still compared with an
+    (untimed) reference output on its seed: a kernel wrong on two of 30 timed calls is caught every time
+    (checking three drawn outputs plus the last, as before, missed it about 4 times in 5)."""
+    honest = source("honest")
+    for _ in range(2):  # the first fills the cache, the second must be served from it
+        res, _ = evaluate(client, honest, reuse_reference_timing=True)
+        assert res.outcome == "correct", res.message
+    assert res.ref_timing_cached
+    res, _ = evaluate(client, source("few_timed_calls_wrong"), reuse_reference_timing=True)
+    assert res.outcome == "incorrect", f"judged {res.outcome} x{res.speedup}"
+    assert "timed call" in res.message, res.message
+    assert_healthy(client)
+
+
 REF_BIG = """
 import torch
 import torch.nn as nn

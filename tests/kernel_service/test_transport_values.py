@@ -5,6 +5,8 @@ and named tuples (``torch.return_types.*``, a decomposition's ``return_types_*``
 from __future__ import annotations
 
 import collections
+import gc
+import weakref
 
 import torch
 from kernel_service import transport
@@ -41,5 +43,36 @@ def test_outputs_decode_from_their_own_offsets_and_named_tuples_are_tuples() -> 
         maxed = transport.encode(torch.max(torch.tensor([[1.0, 5.0]]), 1), inputs.bytes, outputs.bytes)
         assert maxed["k"] == "tuple"  # torch.return_types.max
     finally:
+        inputs.close()
+        outputs.close()
+
+
+def test_crossing_frees_every_tensor_without_the_cyclic_collector() -> None:
+    """Packing, writing, describing and decoding leave no reference cycle holding a tensor: the judge's
+    inputs and a side's outputs are freed when the call drops them. (Recursive closures once kept views of
+    every input until Python's cyclic collector ran: on the H100 seven freed 6 GiB inputs of one problem
+    were still allocated when the eighth did not fit.)"""
+    inputs = transport.Arena(1 << 16, torch.device("cpu"))
+    outputs = transport.Arena(1 << 16, torch.device("cpu"))
+    gc.collect()
+    gc.disable()
+    try:
+        x = torch.randn(64, 64)
+        storage = weakref.ref(x.untyped_storage())  # alive while any view of x is
+        packed, write = transport.pack(([x, (x[1:], [x.t()])], {"k": x}), inputs)
+        write()
+        del packed, write, x
+        assert storage() is None, "a view of the packed input outlived its call"
+
+        y = torch.randn(32)
+        out_storage = weakref.ref(y.untyped_storage())
+        tree = transport.encode([y, (y * 2, 3.0)], inputs.bytes, outputs.bytes)
+        del y
+        assert out_storage() is None, "the side's output outlived its description"
+        decoded = transport.decode(tree, inputs, outputs, None)
+        del decoded
+        assert gc.collect() == 0, "pack, encode or decode left reference cycles"
+    finally:
+        gc.enable()
         inputs.close()
         outputs.close()

@@ -16,7 +16,7 @@ enters the reading; on the CPU, the judge's clock around the request.
 
 from __future__ import annotations
 
-import os
+import gc
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -53,9 +53,9 @@ TIMED_SAMPLE_ELEMENTS = 1 << 20
 #: Stop timing early (keeping what was measured) once this share of the job's timeout is spent.
 TIMING_BUDGET_SHARE = 0.6
 MIN_TIMED_TRIALS = 5
-#: With a cached reference timing, this many timed candidate outputs (drawn by the OS) plus the last
-#: are checked against fresh reference outputs.
-CACHED_REF_CHECKS = 3
+#: GPU memory the judge may still hold after a job before its worker is replaced: one problem's
+#: inputs take gigabytes, and what the judge keeps the next job's two sides cannot allocate.
+JUDGE_LEAK_BYTES = 64 << 20
 INTERLEAVED_METHOD = (
     "judge's time.perf_counter from writing the inputs to the side's answer (after it copied its outputs "
     "into the judge's shared memory); candidate and reference calls interleaved on the same inputs (each "
@@ -101,6 +101,10 @@ class Judge:
     def keep_pids(self) -> set[int]:
         """Processes of the judge's own that the leftover-process sweep must spare."""
         return {self._zygote.pid} if self._zygote is not None else set()
+
+    def resident_bytes(self) -> int:
+        """GPU memory the judge keeps between jobs (the timer's L2-flush buffer)."""
+        return self._gpu_timer.flush.nbytes if self._gpu_timer is not None else 0
 
     def gpu_timer(self, device: torch.device) -> GpuTimer:
         if self._gpu_timer is None:
@@ -301,6 +305,13 @@ class Run:
         self.arenas.clear()
         if self.device.type == "cuda":  # the judge's cached blocks would starve the next job's sides
             torch.cuda.empty_cache()
+            kept = torch.cuda.memory_allocated(self.device) - self.judge.resident_bytes()
+            if kept > JUDGE_LEAK_BYTES:  # e.g. tensors a caught exception's frames still hold
+                gc.collect()
+                torch.cuda.empty_cache()
+                kept = torch.cuda.memory_allocated(self.device) - self.judge.resident_bytes()
+                if kept > JUDGE_LEAK_BYTES:
+                    self.recycle = f"the judge still held {kept >> 20} MiB of GPU memory after the job"
         if self.sides:  # daemons a side left behind were reparented to the zygote: they go now
             try:
                 self.judge.zygote.sweep()
@@ -350,6 +361,23 @@ def foreign(out: Any) -> str | None:
     for i, v in enumerate(flatten_outputs(out)):
         if isinstance(v, transport.Foreign):
             return f"output {i} is a {v.what}: return plain torch.Tensor values"
+    return None
+
+
+def misplaced(call: Call, device: torch.device) -> str | None:
+    """A CUDA job's output the side returned from host memory (it crossed through the output arena, so
+    the judge's view of it is on the GPU): refused, as comparing it with the reference's fails upstream."""
+    if device.type != "cuda":
+        return None
+    stack, i = [call.reply.get("out")], 0
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict) and isinstance(node.get("items"), list):
+            stack.extend(reversed(node["items"]))
+        elif isinstance(node, dict) and node.get("k") == "tensor":
+            if node.get("loc") == "out":
+                return f"output {i} is on the CPU, the reference's on {device}: return tensors on the inputs' device"
+            i += 1
     return None
 
 
@@ -489,8 +517,9 @@ def _evaluate(
         for trial in range(opts.correctness_trials):
             where = f"correctness trial {trial + 1}/{opts.correctness_trials}"
             inputs = get_inputs(fresh_seed())
-            new_out = snapshot(run.call("candidate", inputs).out)
-            if why := foreign(new_out):
+            new_call = run.call("candidate", inputs)
+            new_out = snapshot(new_call.out)
+            if why := foreign(new_out) or misplaced(new_call, device):
                 raise Incorrect(f"{where}: {why}")
             ref_out = unwrap(run.call("reference", inputs).out)
             if atol is None or rtol is None:
@@ -499,7 +528,7 @@ def _evaluate(
                 rtol = tol if rtol is None else rtol
             del inputs  # each side has its copy; a problem's inputs may take gigabytes
             cmp = compare_outputs(ref_out, new_out, atol, rtol)
-            del ref_out, new_out
+            del ref_out, new_out, new_call
             run.release()
             max_abs = max(max_abs, cmp.max_abs_error or 0.0)
             max_rel = max(max_rel, cmp.max_rel_error or 0.0)
@@ -525,6 +554,7 @@ def _evaluate(
         packed, write = transport.pack(probe_inputs, arena)
         write()
         reply = run.ask("candidate", {"op": "probe", "args": packed, "kwargs": {}})
+        del probe_inputs, write  # a problem's inputs may take gigabytes
         if not reply.get("ok"):
             raise run.side_error("candidate", reply)
         common["uses_custom_kernel"] = bool(reply.get("uses_custom_kernel"))
@@ -577,30 +607,23 @@ def _time(
     warm_seed = fresh_seed()  # inputs made again where used: a problem's inputs may take gigabytes
     warm = get_inputs(warm_seed)
     for _ in range(opts.warmup):
-        run.call("candidate", warm, timers["candidate"])
+        if why := misplaced(run.call("candidate", warm, timers["candidate"]), device):
+            raise Incorrect(f"warm-up call: {why}")
     del warm
     run.release()
 
     new_raw: list[float] = []
-    checked: list[tuple[int, Any]] = []
-    chosen = (
-        None if cached is None
-        else {int.from_bytes(os.urandom(4), "little") % opts.perf_trials for _ in range(CACHED_REF_CHECKS)}
-    )  # fmt: skip
+    checked: list[tuple[int, Any]] = []  # every timed output, checked against the reference's on its seed
     for i in range(opts.perf_trials):
         seed = fresh_seed()
         timed = run.call("candidate", get_inputs(seed), timers["candidate"])
         assert timed.ms is not None
         new_raw.append(timed.ms)
-        if why := foreign(timed.out):
+        if why := foreign(timed.out) or misplaced(timed, device):
             raise Incorrect(f"timed call {i + 1}: {why}")
-        last = (seed, timed.out)
-        if chosen is None or i in chosen:
-            checked.append(last)
+        checked.append((seed, timed.out))
         if time.perf_counter() - started > budget and len(new_raw) >= MIN_TIMED_TRIALS:
             break
-    if chosen is not None and checked[-1:] != [last]:
-        checked.append(last)
     run.end_candidate()
 
     null_ms = calibrate(run, base, timers["reference"], get_inputs(warm_seed))
@@ -656,6 +679,7 @@ def _time_interleaved(
     for _ in range(opts.warmup):
         run.call("candidate", warm, timer)
         reference(warm)
+    del warm
     new_raw: list[float] = []
     ref_raw: list[float] = []
     mismatch: str | None = None

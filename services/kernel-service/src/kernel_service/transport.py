@@ -144,6 +144,26 @@ def _tensors(value: Any) -> list[torch.Tensor]:
     return []
 
 
+def _map_tensors(v: Any, leaf: Callable[[torch.Tensor], Any]) -> Any:
+    """``v`` with every tensor in its lists, tuples and dicts replaced by ``leaf(tensor)``.
+
+    Module-level on purpose (as :func:`_describe` and :func:`_decode_tree`): a nested function that calls
+    itself refers to itself through its closure cell, a reference cycle that only Python's cyclic
+    collector frees, and with it everything the closure shares (views of a call's inputs, a side's
+    outputs). That collector runs rarely in a loop of few, huge tensors: on the H100 the judge still held
+    seven freed 6 GiB inputs of a KernelBench problem when the eighth did not fit.
+    """
+    if isinstance(v, torch.Tensor):
+        return leaf(v)
+    if isinstance(v, list):
+        return [_map_tensors(x, leaf) for x in v]
+    if isinstance(v, tuple):
+        return tuple(_map_tensors(x, leaf) for x in v)
+    if isinstance(v, dict):
+        return {k: _map_tensors(x, leaf) for k, x in v.items()}
+    return v
+
+
 def pack(value: Any, arena: Arena) -> tuple[Any, Callable[..., None]]:
     """``value`` with every tensor replaced by a :class:`Ref` into ``arena`` (from byte 0, strides
     kept), and the function that writes them there: a timed call writes its inputs only after its
@@ -151,26 +171,18 @@ def pack(value: Any, arena: Arena) -> tuple[Any, Callable[..., None]]:
     cursor = [0]
     copies: list[tuple[torch.Tensor, torch.Tensor]] = []
 
-    def go(v: Any) -> Any:
-        if isinstance(v, torch.Tensor):
-            if str(v.dtype).removeprefix("torch.") not in DTYPES:
-                raise TransportError(f"inputs of dtype {v.dtype} cannot be passed to a side")
-            shape, stride = tuple(v.shape), tuple(v.stride())
-            n = extent(shape, stride)
-            view = arena.view(cursor[0], v.dtype, shape, stride)
-            if n:
-                src = v.detach().as_strided((n,), (1,), v.storage_offset())
-                copies.append((view.as_strided((n,), (1,), view.storage_offset()), src))
-            ref = Ref(cursor[0], str(v.dtype).removeprefix("torch."), shape, stride)
-            cursor[0] += _aligned(n * v.element_size())
-            return ref
-        if isinstance(v, list):
-            return [go(x) for x in v]
-        if isinstance(v, tuple):
-            return tuple(go(x) for x in v)
-        if isinstance(v, dict):
-            return {k: go(x) for k, x in v.items()}
-        return v
+    def place(v: torch.Tensor) -> Ref:
+        if str(v.dtype).removeprefix("torch.") not in DTYPES:
+            raise TransportError(f"inputs of dtype {v.dtype} cannot be passed to a side")
+        shape, stride = tuple(v.shape), tuple(v.stride())
+        n = extent(shape, stride)
+        view = arena.view(cursor[0], v.dtype, shape, stride)
+        if n:
+            src = v.detach().as_strided((n,), (1,), v.storage_offset())
+            copies.append((view.as_strided((n,), (1,), view.storage_offset()), src))
+        ref = Ref(cursor[0], str(v.dtype).removeprefix("torch."), shape, stride)
+        cursor[0] += _aligned(n * v.element_size())
+        return ref
 
     def write(blocking: bool = True) -> None:
         """Copy the inputs in. ``blocking``: return once they are there, for a side that starts on its
@@ -180,7 +192,7 @@ def pack(value: Any, arena: Arena) -> tuple[Any, Callable[..., None]]:
         if blocking and arena.device.type == "cuda":
             torch.cuda.current_stream(arena.device).synchronize()
 
-    return go(value), write
+    return _map_tensors(value, place), write
 
 
 def unpack(packed: Any, region: torch.Tensor) -> Any:
@@ -238,18 +250,7 @@ def encode(out: Any, in_region: torch.Tensor, out_region: torch.Tensor | None) -
         pending.append((offset, t))
         return {**meta, "loc": "out", "offset": offset}
 
-    def go(v: Any, depth: int = 0) -> Any:
-        if depth > 8:
-            return {"k": "other", "type": "structure nested deeper than 8"}
-        if isinstance(v, torch.Tensor):
-            return tensor(v)
-        if isinstance(v, (tuple, list)):  # named tuples (torch.return_types.*) cross as tuples
-            return {"k": "list" if isinstance(v, list) else "tuple", "items": [go(x, depth + 1) for x in v]}
-        if v is None or isinstance(v, (bool, int, float)):
-            return {"k": "scalar", "v": v}
-        return {"k": "other", "type": f"{type(v).__module__}.{type(v).__qualname__}"}
-
-    tree = go(out)
+    tree = _describe(out, tensor)
     if pending:
         if out_region is None or cursor[0] > out_region.numel():
             raise NeedSpace(cursor[0])
@@ -258,6 +259,20 @@ def encode(out: Any, in_region: torch.Tensor, out_region: torch.Tensor | None) -
             dst = strided_view(out_region, offset, t.dtype, (n,), (1,))
             dst.copy_(t.detach().as_strided((n,), (1,), t.storage_offset()))
     return tree
+
+
+def _describe(v: Any, tensor: Callable[[torch.Tensor], dict[str, Any]], depth: int = 0) -> Any:
+    """Side: the JSON description of ``v`` (tensors by ``tensor``); module-level, see :func:`_map_tensors`."""
+    if depth > 8:
+        return {"k": "other", "type": "structure nested deeper than 8"}
+    if isinstance(v, torch.Tensor):
+        return tensor(v)
+    if isinstance(v, (tuple, list)):  # named tuples (torch.return_types.*) cross as tuples
+        items = [_describe(x, tensor, depth + 1) for x in v]
+        return {"k": "list" if isinstance(v, list) else "tuple", "items": items}
+    if v is None or isinstance(v, (bool, int, float)):
+        return {"k": "scalar", "v": v}
+    return {"k": "other", "type": f"{type(v).__module__}.{type(v).__qualname__}"}
 
 
 class Opened:
@@ -301,7 +316,6 @@ class Foreign:
 
 def decode(tree: Any, arena: Arena, out_arena: Arena | None, opened: Opened | None) -> Any:
     """Judge: views for a side's JSON description (tensors as :class:`OutputTensor`); validates all."""
-    budget = [MAX_NODES]
 
     def need(cond: bool, what: str) -> None:
         if not cond:
@@ -314,18 +328,8 @@ def decode(tree: Any, arena: Arena, out_arena: Arena | None, opened: Opened | No
         need(all(type(x) is int and 0 <= x < 2**62 for x in v), f"`{field}` must hold non-negative ints")
         return tuple(v)
 
-    def go(node: Any) -> Any:
-        budget[0] -= 1
-        need(budget[0] >= 0, f"more than {MAX_NODES} values")
-        need(
-            isinstance(node, dict) and isinstance(node.get("k"), str), "each value must be an object with `k`"
-        )
+    def leaf(node: dict[str, Any]) -> Any:
         kind = node["k"]
-        if kind in ("tuple", "list"):
-            items = node.get("items")
-            need(isinstance(items, list), "`items` must be a list")
-            vals = [go(x) for x in items]
-            return tuple(vals) if kind == "tuple" else vals
         if kind == "scalar":
             v = node.get("v")
             need(v is None or type(v) in (bool, int, float), "`v` must be a number, a bool or null")
@@ -357,6 +361,7 @@ def decode(tree: Any, arena: Arena, out_arena: Arena | None, opened: Opened | No
             isinstance(handle, str) and len(handle) == 2 * cuda_ipc.HANDLE_BYTES,
             "`handle` must be 128 hex digits",
         )
+        assert isinstance(handle, str)
         try:
             raw = bytes.fromhex(handle)
         except ValueError as exc:
@@ -366,4 +371,21 @@ def decode(tree: Any, arena: Arena, out_arena: Arena | None, opened: Opened | No
         region = opened.region(raw)
         return OutputTensor(strided_view(region, offset, dtype, shape, stride), "ipc", offset)
 
-    return go(tree)
+    return _decode_tree(tree, leaf, [MAX_NODES])
+
+
+def _decode_tree(node: Any, leaf: Callable[[dict[str, Any]], Any], budget: list[int]) -> Any:
+    """Judge: lists and tuples of a side's description, each other value by ``leaf`` (module-level, see
+    :func:`_map_tensors`); at most ``budget[0]`` values in all."""
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise TransportError(f"output description: more than {MAX_NODES} values")
+    if not (isinstance(node, dict) and isinstance(node.get("k"), str)):
+        raise TransportError("output description: each value must be an object with `k`")
+    if node["k"] not in ("tuple", "list"):
+        return leaf(node)
+    items = node.get("items")
+    if not isinstance(items, list):
+        raise TransportError("output description: `items` must be a list")
+    vals = [_decode_tree(x, leaf, budget) for x in items]
+    return tuple(vals) if node["k"] == "tuple" else vals
