@@ -101,6 +101,12 @@ def published_fast_1(path: Path | None) -> dict[str, Any]:
     return out
 
 
+def _phase_means(phases: list[dict[str, float]]) -> dict[str, float]:
+    """Mean seconds per harness phase over the evaluations (0 where a phase did not run)."""
+    names = sorted({k for p in phases for k in p})
+    return {k: round(sum(p.get(k, 0.0) for p in phases) / len(phases), 4) for k in names} if phases else {}
+
+
 def summarize_run(run_dir: Path) -> dict[str, Any]:
     """The runner's own metrics over what is evaluated so far, plus where the time went per task."""
     evaluations = [ev for _, ev in sorted(RunArtifacts(run_dir).read_evaluations().items())]
@@ -122,6 +128,8 @@ def summarize_run(run_dir: Path) -> dict[str, Any]:
                 "latency_s": ev.latency_s,
                 "message": (d.get("message") or "")[:300],
                 "recycled": d.get("recycled"),
+                "phases": d.get("phases"),  # where the worker's time went (load, correctness, timing...)
+                "gate": d.get("timing_gate"),
             }
         )
     correct = [r for r in rows if r["outcome"] == "correct" and r["speedup"]]
@@ -135,6 +143,7 @@ def summarize_run(run_dir: Path) -> dict[str, Any]:
         "within_0.97_1.03": sum(0.97 <= s <= 1.03 for s in self_speedups),
         "speedup_min_max": [self_speedups[0], self_speedups[-1]] if self_speedups else None,
         "eval_s_mean": sum(evals) / len(evals) if evals else None,
+        "phase_s_mean": _phase_means([r["phases"] for r in rows if r["phases"]]),
         "eval_s_median": evals[len(evals) // 2] if evals else None,
         "not_correct": [
             f"{r['task_id']}: {r['outcome']} {r['message'][:160]}" for r in rows if r["outcome"] != "correct"

@@ -154,6 +154,22 @@ class Run:
         except SideFault as fault:
             raise self._fault(role, fault) from None
 
+    def ask_each(self, msgs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """Each side its own message, both at work at once (starting CUDA, importing a model); the
+        replies by role. A fault raises as :meth:`ask` would, for the first side (in ``msgs``' order)."""
+        for role, msg in msgs.items():
+            try:
+                self.sides[role].send(msg, self.phase)
+            except SideFault as fault:
+                raise self._fault(role, fault) from None
+        replies = {}
+        for role in msgs:
+            try:
+                replies[role] = self.sides[role].receive(self.phase)
+            except SideFault as fault:
+                raise self._fault(role, fault) from None
+        return replies
+
     def _fault(self, role: str, fault: SideFault) -> HarnessError:
         if fault.kind == "timeout":
             return HarnessError(
@@ -171,11 +187,14 @@ class Run:
         if old is not None and old.nbytes >= nbytes:
             return old
         arena = transport.Arena(max(nbytes, 2 * old.nbytes if old else 0), self.device)
-        self.arenas[key] = arena
         msg = {"op": "arena", "which": which, "nbytes": arena.nbytes}
         if arena.handle is not None:
             msg["handle"] = arena.handle.hex()
-        self.ask(role, msg, arena.fd)
+        reply = self.ask(role, msg, arena.fd)
+        if not reply.get("ok"):  # the side still maps the old arena: it must not be written for it
+            arena.close()
+            raise self.side_error(role, reply)
+        self.arenas[key] = arena
         if old is not None:
             old.close()
         return arena
@@ -496,16 +515,18 @@ def _evaluate(
         setup = {"op": "setup", "device": str(device), "tf32": opts.tf32, "build_dir": build_dir}
         for role in ("reference", "candidate"):
             run.fork(role, build_dir)
-            run.ask(role, setup)
+        run.ask_each({"reference": setup, "candidate": setup})  # two CUDA contexts start at once
         models = {"reference": (job.reference, "Model", Outcome.UNKNOWN_ERROR),
                   "candidate": (job.solution, "ModelNew", Outcome.COMPILATION_FAILURE)}  # fmt: skip
-        for role, (source, cls, load_outcome) in models.items():
-            reply = run.ask(role, {
+        replies = run.ask_each({
+            role: {
                 "op": "load_model", "source": source, "name": "solution" if role == "candidate" else "reference",
                 "cls": cls, "init": init_inputs, "seed": opts.seed, "load_outcome": load_outcome.value,
                 "missing_outcome": load_outcome.value,
                 "init_outcome": (Outcome.INITIALIZATION_FAILURE if role == "candidate" else Outcome.UNKNOWN_ERROR).value,
-            })  # fmt: skip
+            } for role, (source, cls, load_outcome) in models.items()
+        })  # fmt: skip
+        for role, reply in replies.items():
             if not reply.get("ok"):
                 raise run.side_error(role, reply)
 
@@ -586,6 +607,7 @@ def _evaluate(
         "new_timing": timing["new"].model_dump(),
         "ref_timing_cached": timing["ref_cached"],
         "timing_method": timing["method"],
+        "timing_gate": timing.get("gate"),
     }
 
 
@@ -599,6 +621,8 @@ def _time(
     if device.type != "cuda" and job.cached_ref_timing is None:
         return _time_interleaved(run, job, get_inputs, atol, rtol, started)
     base: GpuTimer | CpuTimer = run.judge.gpu_timer(device) if device.type == "cuda" else CpuTimer()
+    if isinstance(base, GpuTimer):
+        base.start_job()
     cached = job.cached_ref_timing
     budget = opts.timeout_s * TIMING_BUDGET_SHARE
     timers: dict[str, Timer] = {
@@ -656,6 +680,7 @@ def _time(
         "ref_cached": cached is not None,
         "method": base.method,
         "mismatch": mismatch,
+        "gate": {"misses": base.misses, "final_us": base.gate_us} if isinstance(base, GpuTimer) else None,
     }
 
 

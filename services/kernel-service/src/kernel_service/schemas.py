@@ -203,6 +203,9 @@ class KernelEvalResponse(StrictModel):
     torch_version: str | None = None
     cuda_version: str | None = None
     timing_method: str | None = None
+    timing_gate: dict[str, float] | None = Field(
+        default=None, description="GPU: the timed calls' gate (misses, final length in us) in this job"
+    )
     elapsed: Elapsed = Field(default_factory=Elapsed)
     worker_id: str | None = None
     extension_cache_hit: bool | None = None

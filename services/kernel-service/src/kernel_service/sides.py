@@ -156,11 +156,16 @@ class SideProcess:
         self.conn = Connection(os.dup(self.sock.fileno()))
         self.deadline = deadline
         self.alive = True
-        hello = self._receive("starting")
+        hello = self.receive("starting")
         self.isolation: dict[str, Any] = hello.get("isolation") or {}
 
     def request(self, msg: dict[str, Any], what: str, fd: int | None = None) -> dict[str, Any]:
         """Send ``msg`` (and ``fd``) and return the side's reply; raises :class:`SideFault`."""
+        self.send(msg, what, fd)
+        return self.receive(what)
+
+    def send(self, msg: dict[str, Any], what: str, fd: int | None = None) -> None:
+        """The first half of :meth:`request` (the side starts working on ``msg`` now)."""
         if not self.alive:
             raise SideFault("crash", f"the {self.role} process is not running")
         try:
@@ -170,9 +175,9 @@ class SideProcess:
         except OSError as exc:
             self.kill()
             raise SideFault("crash", f"the {self.role} process is gone ({what}): {exc}") from exc
-        return self._receive(what)
 
-    def _receive(self, what: str) -> dict[str, Any]:
+    def receive(self, what: str) -> dict[str, Any]:
+        """The side's next reply, within the job's deadline; raises :class:`SideFault`."""
         left = self.deadline - time.monotonic()
         try:
             ready = left > 0 and self.conn.poll(left)

@@ -35,6 +35,8 @@ import torch
 L2_FLUSH_BYTES = 256 * 1024 * 1024
 INITIAL_GATE_US = 2000.0
 MAX_GATE_US = 64000.0
+#: A gate grown by a slow reply halves again once a reply takes under 1/GATE_MARGIN of the halved gate.
+GATE_MARGIN = 4.0
 #: Measurements of one call that may miss the gate before a reading with host time is accepted.
 GATE_TRIES = 4
 NULL_CALLS = 20
@@ -123,6 +125,13 @@ class GpuTimer:
         end.synchronize()
         return cycles / (start.elapsed_time(end) * 1e3)
 
+    def start_job(self) -> None:
+        """Each job starts from the initial gate: one slow reply (a first launch, a pause of the host)
+        doubles the gate for the rest of its job, not for every later job of this judge; every held call
+        costs the gate's length in wall time."""
+        self.gate_us = INITIAL_GATE_US
+        self.misses = 0
+
     def bind(self, role: str, ask: Callable[[dict[str, Any]], dict[str, Any]]) -> GatedSide:
         go = torch.cuda.Event(interprocess=True)
         go.record()
@@ -184,8 +193,10 @@ class GatedSide:
         t.flush.zero_()
         mid.record(stream)
         self.go.record(stream)
+        asked = time.perf_counter()
         reply = ask()
         held = not start.query()
+        round_trip_us = (time.perf_counter() - asked) * 1e6
         if reply.get("ok"):
             copy = read(reply)  # decodes (opens the side's memory) before the end is recorded
             stream.wait_event(self.done)
@@ -203,5 +214,7 @@ class GatedSide:
             t.gate_us = min(t.gate_us * 2, MAX_GATE_US)
             if not last_try:
                 return None, reply
+        elif t.gate_us > INITIAL_GATE_US and GATE_MARGIN * round_trip_us < t.gate_us / 2:
+            t.gate_us = max(t.gate_us / 2, INITIAL_GATE_US)  # the slow reply that grew it has passed
         t.prep[self.role].append(float(start.elapsed_time(mid)))
         return float(mid.elapsed_time(end)), reply
