@@ -458,6 +458,20 @@ class Prepared:
     prep_s: float = 0.0
 
 
+def prepare_in_batch(req: BackendBenchEvalRequest) -> Prepared | BackendBenchEvalResponse:
+    """:func:`prepare` for one op of a batch: an unexpected failure to make its inputs is that op's own
+    verdict (``sandbox_error``, naming the error), not the end of the job (which would send every op of
+    it to be judged again alone). A CUDA error is the judge's own context failing: that ends the job."""
+    started = time.perf_counter()
+    try:
+        return prepare(req)
+    except Exception as exc:  # noqa: BLE001 - any failure of the judge's own input building
+        if "CUDA" in str(exc) or "cuda" in type(exc).__module__:
+            raise
+        message = f"the judge could not prepare this op's inputs: {type(exc).__name__}: {_trim(str(exc))}"
+        return _done(BackendBenchEvalResponse.failure(req, "sandbox_error", message), started)
+
+
 def _done(resp: BackendBenchEvalResponse, started: float) -> BackendBenchEvalResponse:
     resp.duration_s = time.perf_counter() - started
     return resp
@@ -523,6 +537,8 @@ class Sides:
         self.callable: dict[str, str] = {}
         #: the module and function of the kernel the candidate process loaded last
         self.kernel: tuple[str, str] | None = None
+        #: why the reference process was replaced while judging the current op (None: it was not)
+        self.reference_replaced: str | None = None
         self.build_dir = usable_build_dir(run.workdir / "build", run.workdir)
 
     def alive(self, role: str) -> bool:
@@ -603,7 +619,7 @@ class Ahead:
 
     def start(self) -> None:
         if self.future is None and self.pool is not None and self.request is not None:
-            self.future = self.pool.submit(prepare, self.request)
+            self.future = self.pool.submit(prepare_in_batch, self.request)
 
     def wait(self) -> None:
         if self.future is not None:
@@ -622,11 +638,17 @@ def judge_prepared(
     sides.run.phase = "startup"
     sides.deadline(prep.req.options.timeout_s)
     sides.shared = False
+    sides.reference_replaced = None
     try:
         resp = _attempt(sides, prep, shared, ahead)
     except HarnessError as err:
         resp = _harness_verdict(prep, err)
-    if sides.shared and resp.outcome != "correct":
+    # a verdict reached next to other kernels, or with a reference process that was found broken (and
+    # replaced), is reached again: with a candidate process of its own and a fresh reference process
+    fresh_reference = sides.reference_replaced or not sides.alive("reference")
+    if (sides.shared or fresh_reference) and resp.outcome != "correct":
+        sides.run.phase = "startup"
+        sides.reference_replaced = None
         sides.deadline(prep.req.options.timeout_s)
         try:
             resp = _attempt(sides, prep, False, ahead)
@@ -647,6 +669,8 @@ def _attempt(sides: Sides, prep: Prepared, shared: bool, ahead: Ahead) -> Backen
     checked = _check(sides, prep)
     if checked.dead_context:  # the candidate's CUDA context is poisoned: no later kernel may use it
         run.kill("candidate")
+    if checked.rejected:
+        _check_reference(sides, prep, checked)
     resp = _verdict(prep, checked)
     if resp.correctness and req.options.measure_performance and checked.perf:
         ahead.wait()
@@ -709,7 +733,7 @@ def evaluate_batch(requests: list[dict[str, Any]], judge: Judge | None = None) -
             try:
                 with ThreadPoolExecutor(1, thread_name_prefix="backendbench-prepare") as pool:
                     for pos, i in enumerate(indices):
-                        prep = pending.result() if pending is not None else prepare(reqs[i])
+                        prep = pending.result() if pending is not None else prepare_in_batch(reqs[i])
                         nxt = reqs[indices[pos + 1]] if pos + 1 < len(indices) else None
                         ahead = Ahead(pool, nxt)
                         if isinstance(prep, BackendBenchEvalResponse):
@@ -761,6 +785,8 @@ class Checked:
     correctness: list[Case]
     perf: list[Case]
     dead_context: bool
+    #: inputs the reference process did not answer (the op rejects them, or the process is broken)
+    rejected: int = 0
 
     def cheat(self, req: BackendBenchEvalRequest, forbidden: set[str]) -> str | None:
         cheats = sorted(self.called & forbidden)
@@ -782,6 +808,7 @@ def _check(sides: Sides, prep: Prepared) -> Checked:
     dead_context = False
     kept_correctness: list[Case] = []
     kept_perf: list[Case] = []
+    rejected = 0
     run.phase = "correctness"
     for group in _groups(correctness_cases + perf_cases):
         found = _grouped_check(sides, req, group) if _groupable(group) else None
@@ -795,6 +822,7 @@ def _check(sides: Sides, prep: Prepared) -> Checked:
                     break  # the context is poisoned
         for case, result, called in found:
             if result is None:
+                rejected += 1
                 continue
             (kept_correctness if case.kind == "correctness" else kept_perf).append(case)
             result.index = len(results)
@@ -807,12 +835,58 @@ def _check(sides: Sides, prep: Prepared) -> Checked:
             break
     if dead_context:
         kept_correctness, kept_perf = correctness_cases, perf_cases  # the rest did not run: not all correct
-    return Checked(results, called_all, kept_correctness, kept_perf, dead_context)
+    return Checked(results, called_all, kept_correctness, kept_perf, dead_context, rejected)
+
+
+#: The reference process's health check: a call whose answer the judge knows (``aten.add.Tensor``).
+PROBE_OVERLOAD = "aten.add.Tensor"
+
+
+def _reference_fault(sides: Sides, device: str) -> str | None:
+    """Why the reference process cannot be trusted to say that the op rejects an input (None: it answers
+    a known-good call correctly). A process whose CUDA context died (a sticky error: every later call
+    raises), or that cannot use its arena any more, would otherwise pass every later op's inputs off as
+    inputs the op rejects, and every later op of a batch would be judged on none of them."""
+    a = torch.arange(8, dtype=torch.float32, device=device)
+    b = torch.full((8,), 0.5, dtype=torch.float32, device=device)
+    try:
+        call = sides.run.call("reference", [a, b], extra={"overload": PROBE_OVERLOAD})
+        out = unwrap(call.out)
+    except HarnessError as err:
+        return err.message
+    if not isinstance(out, torch.Tensor) or not torch.equal(out.to(a.device), a + b):
+        return f"{PROBE_OVERLOAD} on 8 known values gave a wrong answer"
+    return None
+
+
+def _check_reference(sides: Sides, prep: Prepared, checked: Checked) -> None:
+    """After inputs the reference did not answer: raise (and replace the reference process) unless it
+    still answers a known-good call."""
+    if not sides.alive("reference"):
+        return
+    why = _reference_fault(sides, prep.device)
+    if why is None:
+        return
+    sides.run.kill("reference")
+    n = checked.rejected + len(checked.results)
+    sides.reference_replaced = (
+        f"the reference process rejected {checked.rejected} of {n} inputs of {prep.req.op} and then failed "
+        f"a known-good call ({_trim(why, 300)}); it was replaced"
+    )
+    raise HarnessError(Outcome.UNKNOWN_ERROR, sides.reference_replaced)
 
 
 def _verdict(prep: Prepared, checked: Checked) -> BackendBenchEvalResponse:
     """The verdict from the correctness pass (performance 1 until the inputs are timed)."""
     req, results = prep.req, checked.results
+    if not results and not checked.dead_context:
+        n = len(prep.correctness) + len(prep.perf)
+        msg = (
+            f"op {req.op} (suite {req.suite}, device {prep.device}): the op itself rejected all {n} of its "
+            "inputs in the reference process (which answers a known-good call correctly): nothing was "
+            "judged. Not a verdict on the kernel."
+        )
+        return BackendBenchEvalResponse(**prep.base, outcome="no_inputs", correctness=0.0, feedback=msg)
     cheat = checked.cheat(req, prep.forbidden)
     n_corr = len(checked.correctness)
     all_ok = bool(results) and len(results) == n_corr + len(checked.perf) and all(r.correct for r in results)
@@ -863,6 +937,8 @@ def _time_cases(run: Run, prep: Prepared, cases: list[Case], results: list[Input
     output for the same values."""
     opts = prep.req.options
     base: GpuTimer | CpuTimer = run.judge.gpu_timer(run.device) if run.device.type == "cuda" else CpuTimer()
+    if isinstance(base, GpuTimer):  # each op from the initial gate, as each KernelBench job
+        base.start_job()
     timers = {role: base.bind(role, partial(run.ask, role)) for role in ("candidate", "reference")}
     where = [next(k for k, p in enumerate(prep.perf) if p is c) for c in cases]
     seeds = [fresh_seed() for _ in range(opts.perf_trials)]
