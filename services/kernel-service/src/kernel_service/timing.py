@@ -8,7 +8,7 @@ records its inter-process event *done* and answers; the judge's stream waits on 
 ``end``, and the judge's copies of the outputs are enqueued right behind it. The reading is ``mid -> end``
 less the path's own cost (the median of null calls through the same path on the trusted reference side,
 made once the candidate is gone: two inter-process event hops, about 16 us under MPS), so no host latency (pipe, Python, launches) is in
-it while the gate holds. A call answered after the gate expired is measured again with a doubled gate;
+it while the gate holds. A call whose end (and output copies) were enqueued after the gate expired is measured again with a doubled gate;
 a call that synchronises the host inside ``forward`` never beats it and is read with its host time, as an
 event timer around the call would read it.
 
@@ -195,8 +195,6 @@ class GatedSide:
         self.go.record(stream)
         asked = time.perf_counter()
         reply = ask()
-        held = not start.query()
-        round_trip_us = (time.perf_counter() - asked) * 1e6
         if reply.get("ok"):
             copy = read(reply)  # decodes (opens the side's memory) before the end is recorded
             stream.wait_event(self.done)
@@ -204,6 +202,11 @@ class GatedSide:
             reply["read"] = copy()
         else:
             end.record(stream)
+        # Held only if the end and the output copies were enqueued while the gate still held the stream:
+        # then ``end`` marks the side's *done* (not this process's latency in decoding the reply) and the
+        # copies run right behind it, before the side could change its outputs.
+        held = not start.query()
+        round_trip_us = (time.perf_counter() - asked) * 1e6
         limit = time.monotonic() + t.deadline_s
         while not end.query():
             if time.monotonic() > limit:
