@@ -144,8 +144,8 @@ def _tensors(value: Any) -> list[torch.Tensor]:
     return []
 
 
-def _map_tensors(v: Any, leaf: Callable[[torch.Tensor], Any]) -> Any:
-    """``v`` with every tensor in its lists, tuples and dicts replaced by ``leaf(tensor)``.
+def _map_leaves(v: Any, kind: type, leaf: Callable[[Any], Any]) -> Any:
+    """``v`` with every ``kind`` value in its lists, tuples and dicts replaced by ``leaf(value)``.
 
     Module-level on purpose (as :func:`_describe` and :func:`_decode_tree`): a nested function that calls
     itself refers to itself through its closure cell, a reference cycle that only Python's cyclic
@@ -153,14 +153,14 @@ def _map_tensors(v: Any, leaf: Callable[[torch.Tensor], Any]) -> Any:
     outputs). That collector runs rarely in a loop of few, huge tensors: on the H100 the judge still held
     seven freed 6 GiB inputs of a KernelBench problem when the eighth did not fit.
     """
-    if isinstance(v, torch.Tensor):
+    if isinstance(v, kind):
         return leaf(v)
     if isinstance(v, list):
-        return [_map_tensors(x, leaf) for x in v]
+        return [_map_leaves(x, kind, leaf) for x in v]
     if isinstance(v, tuple):
-        return tuple(_map_tensors(x, leaf) for x in v)
+        return tuple(_map_leaves(x, kind, leaf) for x in v)
     if isinstance(v, dict):
-        return {k: _map_tensors(x, leaf) for k, x in v.items()}
+        return {k: _map_leaves(x, kind, leaf) for k, x in v.items()}
     return v
 
 
@@ -192,20 +192,16 @@ def pack(value: Any, arena: Arena) -> tuple[Any, Callable[..., None]]:
         if blocking and arena.device.type == "cuda":
             torch.cuda.current_stream(arena.device).synchronize()
 
-    return _map_tensors(value, place), write
+    return _map_leaves(value, torch.Tensor, place), write
 
 
 def unpack(packed: Any, region: torch.Tensor) -> Any:
     """Side: views of the mapped arena for every :class:`Ref`."""
-    if isinstance(packed, Ref):
-        return strided_view(region, packed.offset, DTYPES[packed.dtype], packed.shape, packed.stride)
-    if isinstance(packed, list):
-        return [unpack(x, region) for x in packed]
-    if isinstance(packed, tuple):
-        return tuple(unpack(x, region) for x in packed)
-    if isinstance(packed, dict):
-        return {k: unpack(x, region) for k, x in packed.items()}
-    return packed
+
+    def view(ref: Ref) -> torch.Tensor:
+        return strided_view(region, ref.offset, DTYPES[ref.dtype], ref.shape, ref.stride)
+
+    return _map_leaves(packed, Ref, view)
 
 
 # ---- side -> judge ------------------------------------------------------------------------------
@@ -262,7 +258,7 @@ def encode(out: Any, in_region: torch.Tensor, out_region: torch.Tensor | None) -
 
 
 def _describe(v: Any, tensor: Callable[[torch.Tensor], dict[str, Any]], depth: int = 0) -> Any:
-    """Side: the JSON description of ``v`` (tensors by ``tensor``); module-level, see :func:`_map_tensors`."""
+    """Side: the JSON description of ``v`` (tensors by ``tensor``); module-level, see :func:`_map_leaves`."""
     if depth > 8:
         return {"k": "other", "type": "structure nested deeper than 8"}
     if isinstance(v, torch.Tensor):
@@ -376,7 +372,7 @@ def decode(tree: Any, arena: Arena, out_arena: Arena | None, opened: Opened | No
 
 def _decode_tree(node: Any, leaf: Callable[[dict[str, Any]], Any], budget: list[int]) -> Any:
     """Judge: lists and tuples of a side's description, each other value by ``leaf`` (module-level, see
-    :func:`_map_tensors`); at most ``budget[0]`` values in all."""
+    :func:`_map_leaves`); at most ``budget[0]`` values in all."""
     budget[0] -= 1
     if budget[0] < 0:
         raise TransportError(f"output description: more than {MAX_NODES} values")
