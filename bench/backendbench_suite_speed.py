@@ -139,6 +139,7 @@ async def self_check(url: str, trials: int) -> list[dict[str, Any]]:
                 "speedups": [round(i["speedup"], 4) for i in timed],
                 "ms": [(round(i["ref_ms"], 4), round(i["kernel_ms"], 4)) for i in timed],
                 "timing_method": d.get("timing_method"),
+                "timing_gate": d.get("timing_gate"),
             }
         )
     return rows
@@ -239,6 +240,7 @@ def main() -> int:
     for r in checks:
         perf = r["performance"] or math.nan
         print(f"  self-check {r['op']:8s} {r['outcome']:10s} performance {perf:.4f} speedups {r['speedups']}")
+        print(f"    ms (op, kernel) {r['ms']} gate {r['timing_gate']}")
     for line in not_correct[:20]:
         print("  NOT CORRECT", line)
     ok = (

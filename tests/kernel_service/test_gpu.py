@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import ks_gpu_sources as G
 import pytest
+import torch
 from kernel_service.schemas import KernelEvalResponse
 from kernel_service.service import KernelService, KernelServiceConfig
 
@@ -77,6 +79,8 @@ def test_reference_as_its_own_solution_on_gpu(gpu_server: RunningServer) -> None
     )[0]
     assert res.outcome == "correct"
     assert res.speedup is not None and 0.97 < res.speedup < 1.03, res.speedup
+    # the judge's own threads (the gate's watchdog) are no leftovers: the worker serves the next job
+    assert res.recycled is None, res.recycled
 
 
 REF_MATMUL = """
@@ -146,3 +150,39 @@ def test_large_inputs_reach_each_side_before_its_untimed_calls(gpu_server: Runni
     res = KernelEvalResponse.model_validate(r.json())
     assert res.outcome == "correct", res.message
     assert res.correctness_trials_passed == OPTS["correctness_trials"]
+    # Its timed outputs are sampled inside the gate: that must not wait for the stream (it did, and every
+    # timed call then missed the gate and was measured up to four times).
+    assert res.timing_gate is not None and res.timing_gate["misses"] <= 3, res.timing_gate
+
+
+def test_sampling_an_output_never_waits_for_the_stream() -> None:
+    """The judge samples a large timed output while its gate holds the stream: a host sync there (a
+    pageable copy to the GPU, an ``.item()``) makes every such call miss the gate."""
+    from kernel_service.compare import Sample
+
+    out = torch.randn(1 << 12, 1 << 10, device="cuda")
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        sample = Sample.take(out, 1 << 10)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert torch.equal(sample.values, out[sample.index])
+
+
+def test_the_gate_holds_the_judges_stream_until_the_judge_or_its_watchdog_opens_it() -> None:
+    from kernel_service.timing import HostGate
+
+    gate = HostGate(torch.device("cuda"))
+    passed = torch.cuda.Event()
+    gate.hold(10e6)  # a 10 s watchdog: only the judge opens this one
+    passed.record()
+    time.sleep(0.05)
+    assert not passed.query()
+    assert gate.release(None)
+    passed.synchronize()
+    gate.hold(20e3)  # a 20 ms watchdog, and a judge that never comes back in time
+    passed.record()
+    time.sleep(0.3)
+    assert passed.query()
+    assert not gate.release(None)  # too late: the call was not held

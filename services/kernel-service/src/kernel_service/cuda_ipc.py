@@ -33,6 +33,7 @@ def _driver() -> ctypes.CDLL:
     for name in ("cuMemAlloc_v2", "cuMemFree_v2", "cuIpcOpenMemHandle_v2", "cuMemGetAddressRange_v2"):
         getattr(lib, name).restype = ctypes.c_int
     lib.cuIpcGetMemHandle.restype = lib.cuIpcCloseMemHandle.restype = ctypes.c_int
+    lib.cuMemHostGetDevicePointer_v2.restype = ctypes.c_int
     return lib
 
 
@@ -111,3 +112,28 @@ class _Cai:
 def byte_view(ptr: int, nbytes: int) -> torch.Tensor:
     """A uint8 CUDA tensor over ``nbytes`` at ``ptr`` (it does not own the memory)."""
     return torch.as_tensor(_Cai(ptr, nbytes), device="cuda")
+
+
+def host_device_pointer(host_ptr: int) -> int:
+    """The device address of page-locked host memory (PyTorch's ``pin_memory`` allocations are mapped)."""
+    dptr = ctypes.c_uint64()
+    _check(
+        _driver().cuMemHostGetDevicePointer_v2(
+            ctypes.byref(dptr), ctypes.c_void_p(host_ptr), ctypes.c_uint(0)
+        ),
+        "cuMemHostGetDevicePointer",
+    )
+    return int(dptr.value)
+
+
+def stream_wait_value(stream: int, dptr: int, value: int) -> None:
+    """Enqueue on ``stream`` a wait until the 32-bit word at ``dptr`` is >= ``value`` (as a wrapping
+    signed difference; ``cuStreamWaitValue32``, CU_STREAM_WAIT_VALUE_GEQ): the stream holds until the
+    host writes that word, with nothing running on the GPU meanwhile."""
+    lib = _driver()
+    fn = getattr(lib, "cuStreamWaitValue32_v2", None) or lib.cuStreamWaitValue32
+    fn.restype = ctypes.c_int
+    _check(
+        fn(ctypes.c_void_p(stream), ctypes.c_uint64(dptr), ctypes.c_uint32(value), ctypes.c_uint(0)),
+        "cuStreamWaitValue32",
+    )

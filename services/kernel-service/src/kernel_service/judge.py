@@ -45,7 +45,7 @@ from .harness import (
 from .sandbox import HardenPolicy
 from .schemas import Outcome, TimingStats, excerpt, reward_for
 from .sides import SideFault, SideProcess, Zygote
-from .timing import GATE_TRIES, CpuTimer, GatedSide, GpuTimer, PrepError, Timer
+from .timing import GATE_TRIES, CpuTimer, GatedSide, GpuTimer, HostGate, PrepError, Timer
 
 #: Timed outputs of more elements are checked at this many random positions (correctness trials compare
 #: whole outputs).
@@ -101,6 +101,11 @@ class Judge:
     def keep_pids(self) -> set[int]:
         """Processes of the judge's own that the leftover-process sweep must spare."""
         return {self._zygote.pid} if self._zygote is not None else set()
+
+    def own_threads(self) -> frozenset[int]:
+        """Threads of the judge's own that the leftover-thread check must spare (the gate's watchdog)."""
+        gate = self._gpu_timer.gate if self._gpu_timer is not None else None
+        return frozenset({gate.watchdog.ident or 0}) if isinstance(gate, HostGate) else frozenset()
 
     def resident_bytes(self) -> int:
         """GPU memory the judge keeps between jobs (the timer's L2-flush buffer)."""
@@ -680,7 +685,7 @@ def _time(
         "ref_cached": cached is not None,
         "method": base.method,
         "mismatch": mismatch,
-        "gate": {"misses": base.misses, "final_us": base.gate_us} if isinstance(base, GpuTimer) else None,
+        "gate": base.report() if isinstance(base, GpuTimer) else None,
     }
 
 

@@ -204,7 +204,8 @@ class KernelEvalResponse(StrictModel):
     cuda_version: str | None = None
     timing_method: str | None = None
     timing_gate: dict[str, float] | None = Field(
-        default=None, description="GPU: the timed calls' gate (misses, final length in us) in this job"
+        default=None,
+        description="GPU: the timed calls' gate (misses, final length, reply round trip, null call, us)",
     )
     elapsed: Elapsed = Field(default_factory=Elapsed)
     worker_id: str | None = None

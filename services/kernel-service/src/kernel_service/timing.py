@@ -1,14 +1,18 @@
 """How the judge times one call of a side, with clocks the side cannot reach.
 
-GPU (:class:`GpuTimer`), per call, on the judge's own stream: a *gate* (``torch.cuda._sleep``, a GPU-side
-spin of a calibrated length) holds the stream while the side is told to go; behind it the judge records
+GPU (:class:`GpuTimer`), per call, on the judge's own stream: a *gate* holds the stream while the side is
+told to go (:class:`HostGate`: a GPU-side wait on a word the judge writes once the call's end and output
+copies are enqueued, opened by a watchdog after the gate's length otherwise; :class:`SleepGate`, a spin of
+that length, where the driver lacks stream memory operations); behind it the judge records
 ``start``, writes this call's inputs into the side's arena, flushes L2 (a 256 MB buffer zeroed), records
 ``mid`` and an inter-process event *go*. The side's stream waits on *go*, the side launches its work,
 records its inter-process event *done* and answers; the judge's stream waits on *done* and records
 ``end``, and the judge's copies of the outputs are enqueued right behind it. The reading is ``mid -> end``
 less the path's own cost (the median of null calls through the same path on the trusted reference side,
-made once the candidate is gone: two inter-process event hops, about 16 us under MPS), so no host latency (pipe, Python, launches) is in
-it while the gate holds. A call whose end (and output copies) were enqueued after the gate expired is measured again with a doubled gate;
+made once the candidate is gone: two inter-process event hops, ~0.29 ms of GPU context switches on the
+H100 without MPS, ~16 us under MPS), so no host latency (pipe, Python, launches) is in it while the gate
+holds. A call whose end (and output copies) were enqueued after the gate opened by itself is measured
+again with a doubled gate;
 a call that synchronises the host inside ``forward`` never beats it and is read with its host time, as an
 event timer around the call would read it.
 
@@ -24,22 +28,29 @@ copy of the outputs the side put into the judge's shared memory (the same copy f
 
 from __future__ import annotations
 
+import ctypes
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
 import torch
 
+from . import cuda_ipc
+
 #: Bytes zeroed before every timed CUDA call: larger than any current GPU's L2 (H100: 50 MB).
 L2_FLUSH_BYTES = 256 * 1024 * 1024
+#: A job's first gate: long enough for a side's first launches (lazy CUDA/cuBLAS set-up).
 INITIAL_GATE_US = 2000.0
+#: The gate halves, down to this, while replies take under 1/GATE_MARGIN of the halved gate: every held
+#: call costs the gate's length in wall time, and a side's round trip is ~0.1-0.3 ms.
+MIN_GATE_US = 250.0
 MAX_GATE_US = 64000.0
-#: A gate grown by a slow reply halves again once a reply takes under 1/GATE_MARGIN of the halved gate.
 GATE_MARGIN = 4.0
 #: Measurements of one call that may miss the gate before a reading with host time is accepted.
 GATE_TRIES = 4
-NULL_CALLS = 20
+NULL_CALLS = 50
 #: A candidate's input preparation (``start -> mid``) may exceed the reference side's by this factor
 #: plus ``PREP_SLACK_MS`` before it counts as work done while the judge prepared the call.
 PREP_SLACK = 1.25
@@ -96,6 +107,98 @@ class CpuTimer:
         pass
 
 
+class SleepGate:
+    """The gate as a GPU-side spin of the gate's length (``torch.cuda._sleep``): where the driver has no
+    stream memory operations. Every call costs the whole length; a call is held if its ``start`` had not
+    run when its end and output copies were enqueued."""
+
+    kind = "sleep"
+
+    def __init__(self, device: torch.device) -> None:
+        torch.cuda.synchronize(device)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        cycles = 20_000_000
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+        self.cycles_per_us = cycles / (start.elapsed_time(end) * 1e3)
+
+    def hold(self, us: float) -> None:
+        torch.cuda._sleep(int(us * self.cycles_per_us))
+
+    def release(self, start: torch.cuda.Event) -> bool:
+        return not start.query()
+
+
+class HostGate:
+    """The gate as a GPU-side wait on a word of the judge's page-locked memory (``cuStreamWaitValue32``):
+    the stream holds until the judge writes the call's number, right after it has enqueued the call's end
+    and output copies, so a call costs the host's round trip and no more (a 2-8 ms spin per call was
+    most of the wall time of a level-1 job). A watchdog thread writes it after the gate's length instead
+    (a side that synchronises inside ``forward`` waits for a go that waits for its own reply): that call
+    is not held, as with the spin."""
+
+    kind = "host"
+
+    def __init__(self, device: torch.device) -> None:
+        self.word = torch.zeros(1, dtype=torch.int32, pin_memory=True)
+        self.dptr = cuda_ipc.host_device_pointer(self.word.data_ptr())
+        self.value = ctypes.c_int32.from_address(self.word.data_ptr())
+        self.n = 0
+        self.deadline: float | None = None
+        self.cv = threading.Condition()
+        self.hold(0.0)  # raises CudaDriverError where the driver has no stream memory operations
+        self.release(None)
+        passed = torch.cuda.Event()
+        passed.record()
+        limit = time.monotonic() + 10.0
+        while not passed.query():
+            if time.monotonic() > limit:
+                raise GateStuck("the GPU never saw the judge's gate word: its stream is blocked")
+            time.sleep(0.001)
+        self.watchdog = threading.Thread(target=self._watch, name="gate-watchdog", daemon=True)
+        self.watchdog.start()
+
+    def hold(self, us: float) -> None:
+        with self.cv:
+            self.n += 1
+            cuda_ipc.stream_wait_value(torch.cuda.current_stream().cuda_stream, self.dptr, self.n)
+            self.deadline = time.monotonic() + us * 1e-6
+            self.cv.notify()
+
+    def release(self, start: torch.cuda.Event | None) -> bool:
+        """Open the gate; True if the judge opened it (the watchdog had not)."""
+        with self.cv:
+            if self.value.value >= self.n:
+                return False
+            self.value.value = self.n
+            self.deadline = None
+            return True
+
+    def _watch(self) -> None:
+        with self.cv:
+            while True:
+                left = None if self.deadline is None else self.deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    self.value.value = self.n
+                    self.deadline = None
+                else:
+                    self.cv.wait(left)
+
+
+class GateStuck(RuntimeError):
+    """The host-released gate did not open: this judge's stream cannot be used (the worker must go)."""
+
+
+def make_gate(device: torch.device) -> SleepGate | HostGate:
+    """The host-released gate where the driver supports stream memory operations, else the spin."""
+    try:
+        return HostGate(device)
+    except (cuda_ipc.CudaDriverError, AttributeError):
+        return SleepGate(device)
+
+
 class GpuTimer:
     """Judge-side CUDA events behind a GPU-side gate (see the module docstring). One per judge."""
 
@@ -108,22 +211,13 @@ class GpuTimer:
     def __init__(self, device: torch.device, deadline_s: float = 60.0) -> None:
         self.device = device
         self.flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=device)
-        self.cycles_per_us = self._calibrate()
+        self.gate = make_gate(device)
         self.gate_us = INITIAL_GATE_US
         self.misses = 0
+        self.round_trips_us: list[float] = []
         self.deadline_s = deadline_s
         self.null_ms = 0.0
         self.prep: dict[str, list[float]] = {}
-
-    def _calibrate(self) -> float:
-        torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        cycles = 20_000_000
-        start.record()
-        torch.cuda._sleep(cycles)
-        end.record()
-        end.synchronize()
-        return cycles / (start.elapsed_time(end) * 1e3)
 
     def start_job(self) -> None:
         """Each job starts from the initial gate: one slow reply (a first launch, a pause of the host)
@@ -131,6 +225,18 @@ class GpuTimer:
         costs the gate's length in wall time."""
         self.gate_us = INITIAL_GATE_US
         self.misses = 0
+        self.round_trips_us = []
+
+    def report(self) -> dict[str, float]:
+        """This job's gate: misses, final length, the median reply round trip and the null call (us)."""
+        rt = statistics.median(self.round_trips_us) if self.round_trips_us else 0.0
+        return {
+            "host_released": float(isinstance(self.gate, HostGate)),
+            "misses": self.misses,
+            "final_us": self.gate_us,
+            "round_trip_us": round(rt, 1),
+            "null_us": round(self.null_ms * 1e3, 2),
+        }
 
     def bind(self, role: str, ask: Callable[[dict[str, Any]], dict[str, Any]]) -> GatedSide:
         go = torch.cuda.Event(interprocess=True)
@@ -187,26 +293,29 @@ class GatedSide:
         stream = torch.cuda.current_stream(t.device)
         ev = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
         start, mid, end = ev
-        torch.cuda._sleep(int(t.gate_us * t.cycles_per_us))
+        t.gate.hold(t.gate_us)
         start.record(stream)
         write(False)
         t.flush.zero_()
         mid.record(stream)
         self.go.record(stream)
         asked = time.perf_counter()
-        reply = ask()
-        if reply.get("ok"):
-            copy = read(reply)  # decodes (opens the side's memory) before the end is recorded
-            stream.wait_event(self.done)
-            end.record(stream)
-            reply["read"] = copy()
-        else:
-            end.record(stream)
-        # Held only if the end and the output copies were enqueued while the gate still held the stream:
-        # then ``end`` marks the side's *done* (not this process's latency in decoding the reply) and the
-        # copies run right behind it, before the side could change its outputs.
-        held = not start.query()
+        try:
+            reply = ask()
+            if reply.get("ok"):
+                copy = read(reply)  # decodes (opens the side's memory) before the end is recorded
+                stream.wait_event(self.done)
+                end.record(stream)
+                reply["read"] = copy()
+            else:
+                end.record(stream)
+        finally:
+            # Held only if the end and the output copies were enqueued while the gate still held the
+            # stream: then ``end`` marks the side's *done* (not this process's latency in decoding the
+            # reply) and the copies run right behind it, before the side could change its outputs.
+            held = t.gate.release(start)
         round_trip_us = (time.perf_counter() - asked) * 1e6
+        t.round_trips_us.append(round_trip_us)
         limit = time.monotonic() + t.deadline_s
         while not end.query():
             if time.monotonic() > limit:
@@ -217,7 +326,7 @@ class GatedSide:
             t.gate_us = min(t.gate_us * 2, MAX_GATE_US)
             if not last_try:
                 return None, reply
-        elif t.gate_us > INITIAL_GATE_US and GATE_MARGIN * round_trip_us < t.gate_us / 2:
-            t.gate_us = max(t.gate_us / 2, INITIAL_GATE_US)  # the slow reply that grew it has passed
+        elif t.gate_us > MIN_GATE_US and GATE_MARGIN * round_trip_us < t.gate_us / 2:
+            t.gate_us = max(t.gate_us / 2, MIN_GATE_US)  # replies are fast (again)
         t.prep[self.role].append(float(start.elapsed_time(mid)))
         return float(mid.elapsed_time(end)), reply

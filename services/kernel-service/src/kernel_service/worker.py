@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
             result["output"] = result.pop("solution_output", None) or capture.tail()
             if raw.get("kind", "kernelbench") == "kernelbench":  # its answer reports the sandbox layers
                 result["isolation"] = iso
-            left = _leftovers(base_guard, base_threads, capture, judge.keep_pids())
+            left = _leftovers(base_guard, base_threads | judge.own_threads(), capture, judge.keep_pids())
             if left:
                 result["recycle"] = "; ".join(left[:3])[:500]
                 sys.stderr.write(f"job {job_id}: recycling: {'; '.join(left[:3])}\n")

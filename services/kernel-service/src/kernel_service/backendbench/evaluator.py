@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from ..harness import HarnessError, fresh_seed, usable_build_dir
+from ..harness import HarnessError, fresh_seed, seed_all, usable_build_dir
 from ..judge import Judge, Run, calibrate, foreign, net, snapshot, unwrap
 from ..schemas import Outcome
 from ..timing import CpuTimer, GpuTimer, PrepError
@@ -488,7 +488,7 @@ def prepare(req: BackendBenchEvalRequest) -> Prepared | BackendBenchEvalResponse
     except RuntimeError as exc:
         return _done(BackendBenchEvalResponse.failure(req, "requires_gpu", str(exc)), started)
     dtypes = opts.dtypes or default_dtypes(device)
-    torch.manual_seed(opts.seed)
+    seed_all(opts.seed)
     base: dict[str, Any] = {
         "op": req.op,
         "suite": req.suite,
@@ -682,7 +682,7 @@ def _attempt(sides: Sides, prep: Prepared, shared: bool, ahead: Ahead) -> Backen
             _kernel_callable(sides, req, prep.base)
         run.phase = "timing"
         n = len(checked.correctness)
-        _time_cases(run, prep, checked.perf, resp.inputs[n:])  # kills the candidate
+        resp.timing_gate = _time_cases(run, prep, checked.perf, resp.inputs[n:])  # kills the candidate
         speedups = [r.speedup for r in resp.inputs[n:] if r.speedup]
         resp.performance = math.exp(sum(math.log(s) for s in speedups) / len(speedups)) if speedups else 1.0
         if not all(r.correct for r in resp.inputs):  # a timed output differed from the op's
@@ -912,7 +912,7 @@ def _rebuild_perf(prep: Prepared, seed: int) -> list[Case]:
     """The request's performance inputs made again from ``seed``: same shapes, dtypes and layouts, new
     values (each timed call gets its own, so a kernel cannot answer a repeated input from a cache)."""
     req, opts = prep.req, prep.req.options
-    torch.manual_seed(seed)
+    seed_all(seed)
     with _quiet():
         _, perf = build_cases(
             req.op, req.suite, device=prep.device, dtypes=opts.dtypes or default_dtypes(prep.device),
@@ -930,11 +930,13 @@ def _shapes(case: Case) -> Iterator[tuple[Any, ...]]:
         yield (tuple(t.shape), tuple(t.stride()), t.dtype)
 
 
-def _time_cases(run: Run, prep: Prepared, cases: list[Case], results: list[InputResult]) -> None:
+def _time_cases(
+    run: Run, prep: Prepared, cases: list[Case], results: list[InputResult]
+) -> dict[str, float] | None:
     """Every performance input timed for the kernel, whose process is then killed, then for the op: no
     code of the submission runs while the op is timed. Each timed call gets fresh values (a seed from
     ``os.urandom`` per trial, the same for both sides) and every timed output is checked against the op's
-    output for the same values."""
+    output for the same values. Returns the GPU gate's report (None on the CPU)."""
     opts = prep.req.options
     base: GpuTimer | CpuTimer = run.judge.gpu_timer(run.device) if run.device.type == "cuda" else CpuTimer()
     if isinstance(base, GpuTimer):  # each op from the initial gate, as each KernelBench job
@@ -991,3 +993,4 @@ def _time_cases(run: Run, prep: Prepared, cases: list[Case], results: list[Input
         base.check("reference")
     except PrepError as exc:
         raise HarnessError(Outcome.EXECUTION_FAILURE, str(exc)) from exc
+    return base.report() if isinstance(base, GpuTimer) else None

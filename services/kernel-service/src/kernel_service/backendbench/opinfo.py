@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from ..harness import seed_all
 from .cases import Case, DispatchRecorder, UnknownOpError, matches_op, overload_key
 from .traces import UPSTREAM_UNSUPPORTED
 
@@ -152,18 +153,11 @@ def _close(a: Any, b: Any) -> bool:
     return True
 
 
-def _seed(seed: int, device: str) -> None:
-    """``set_rng_seed(seed)`` of PyTorch's test utilities for the generators a sample on ``device`` can
-    draw from, without ``torch.manual_seed``'s cost on a CPU build (it records a stack trace for the
-    CUDA seeding it defers)."""
-    import random
-
+def _seed(seed: int) -> None:
+    """``set_rng_seed(seed)`` of PyTorch's test utilities (see :func:`~kernel_service.harness.seed_all`)."""
     import numpy as np
 
-    torch.default_generator.manual_seed(seed)
-    if device.startswith("cuda"):
-        torch.cuda.manual_seed_all(seed)
-    random.seed(seed)
+    seed_all(seed)
     np.random.seed(seed)
 
 
@@ -176,7 +170,7 @@ def sample_inputs(info: Any, device: str, dtype: torch.dtype) -> Iterator[Any]:
 
     made = iter(info.sample_inputs_func(info, device, dtype, False))
     while True:
-        _seed(SEED, device)
+        _seed(SEED)
         try:
             sample = next(made)
         except StopIteration:

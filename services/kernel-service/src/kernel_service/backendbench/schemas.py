@@ -133,6 +133,10 @@ class BackendBenchEvalResponse(StrictModel):
     aten_ops_called: list[str] = Field(default_factory=list, description="aten ops the kernel dispatched")
     device: str = "cpu"
     timing_method: str = ""
+    timing_gate: dict[str, float] | None = Field(
+        default=None,
+        description="GPU: the timed calls' gate (misses, final length, reply round trip, null call, us)",
+    )
     tolerances: dict[str, list[float]] = Field(default_factory=dict, description="dtype -> [atol, rtol]")
     torch_version: str = ""
     duration_s: float = 0.0
