@@ -50,7 +50,7 @@ MAX_GATE_US = 64000.0
 GATE_MARGIN = 4.0
 #: Measurements of one call that may miss the gate before a reading with host time is accepted.
 GATE_TRIES = 4
-NULL_CALLS = 50
+NULL_CALLS = 20
 #: A candidate's input preparation (``start -> mid``) may exceed the reference side's by this factor
 #: plus ``PREP_SLACK_MS`` before it counts as work done while the judge prepared the call.
 PREP_SLACK = 1.25
