@@ -42,7 +42,7 @@ $(RL_STAMP): $(STAMP) $(ENVS)
 
 # The root suite, then each runner's own suite from its own directory (as in its generated repo).
 test: install
-	$(BIN)/pytest -m "not gpu" -q
+	$(BIN)/pytest -m "not gpu" -q --durations=25
 	set -e; for r in $(wildcard runners/*-runner); do (cd $$r && $(abspath $(BIN))/pytest -m "not gpu" -q -p no:cacheprovider); done
 	$(MAKE) test-rl
 

@@ -43,8 +43,8 @@ from . import cuda_ipc
 L2_FLUSH_BYTES = 256 * 1024 * 1024
 #: A job's first gate: long enough for a side's first launches (lazy CUDA/cuBLAS set-up).
 INITIAL_GATE_US = 2000.0
-#: The gate halves, down to this, while replies take under 1/GATE_MARGIN of the halved gate: every held
-#: call costs the gate's length in wall time, and a side's round trip is ~0.1-0.3 ms.
+#: The gate halves, down to this, while replies take under 1/GATE_MARGIN of the halved gate (a spin gate
+#: costs its whole length per call; a side's round trip was ~0.7-1.7 ms on the H100).
 MIN_GATE_US = 250.0
 MAX_GATE_US = 64000.0
 GATE_MARGIN = 4.0
@@ -112,8 +112,6 @@ class SleepGate:
     stream memory operations. Every call costs the whole length; a call is held if its ``start`` had not
     run when its end and output copies were enqueued."""
 
-    kind = "sleep"
-
     def __init__(self, device: torch.device) -> None:
         torch.cuda.synchronize(device)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -138,8 +136,6 @@ class HostGate:
     most of the wall time of a level-1 job). A watchdog thread writes it after the gate's length instead
     (a side that synchronises inside ``forward`` waits for a go that waits for its own reply): that call
     is not held, as with the spin."""
-
-    kind = "host"
 
     def __init__(self, device: torch.device) -> None:
         self.word = torch.zeros(1, dtype=torch.int32, pin_memory=True)
