@@ -107,6 +107,16 @@ class CpuTimer:
         pass
 
 
+def _reached(event: torch.cuda.Event, within_s: float) -> bool:
+    """Whether the GPU reaches ``event`` within ``within_s`` (polled: a stuck stream must not hang the judge)."""
+    limit = time.monotonic() + within_s
+    while not event.query():
+        if time.monotonic() > limit:
+            return False
+        time.sleep(0.0001)
+    return True
+
+
 class SleepGate:
     """The gate as a GPU-side spin of the gate's length (``torch.cuda._sleep``): where the driver has no
     stream memory operations. Every call costs the whole length; a call is held if its ``start`` had not
@@ -148,11 +158,8 @@ class HostGate:
         self.release(None)
         passed = torch.cuda.Event()
         passed.record()
-        limit = time.monotonic() + 10.0
-        while not passed.query():
-            if time.monotonic() > limit:
-                raise GateStuck("the GPU never saw the judge's gate word: its stream is blocked")
-            time.sleep(0.001)
+        if not _reached(passed, 10.0):
+            raise GateStuck("the GPU never saw the judge's gate word: its stream is blocked")
         self.watchdog = threading.Thread(target=self._watch, name="gate-watchdog", daemon=True)
         self.watchdog.start()
 
@@ -312,11 +319,8 @@ class GatedSide:
             held = t.gate.release(start)
         round_trip_us = (time.perf_counter() - asked) * 1e6
         t.round_trips_us.append(round_trip_us)
-        limit = time.monotonic() + t.deadline_s
-        while not end.query():
-            if time.monotonic() > limit:
-                raise TimeoutError("a timed call did not finish on the GPU")
-            time.sleep(0.0001)
+        if not _reached(end, t.deadline_s):
+            raise TimeoutError("a timed call did not finish on the GPU")
         if not held:
             t.misses += 1
             t.gate_us = min(t.gate_us * 2, MAX_GATE_US)
