@@ -172,6 +172,7 @@ def main() -> int:
     parser.add_argument("--band", type=float, default=0.02, help="self-check: |performance - 1| at most")
     parser.add_argument("--trials", type=int, default=20, help="self-check: timed trials per input")
     parser.add_argument("--suite-timeout", type=float, default=1800.0)
+    parser.add_argument("--runs", type=int, default=2, help="opinfo runs through one service (last one counts)")
     parser.add_argument(
         "--sandbox",
         choices=["auto", "unshare", "none"],
@@ -197,7 +198,13 @@ def main() -> int:
         startup_s = time.perf_counter() - t0
         warm_s = anyio.run(warm, server.url)
         print(f"service up in {startup_s:.1f}s, warmed in {warm_s:.1f}s", flush=True)
-        suite = run_suite(server.url, Path(tmp), args.suite_timeout)
+        # The first run fills the workers' NVRTC kernel caches (ops PyTorch compiles at first use); the
+        # last one is the suite's wall, as upstream's loop reads it with its own kernel cache warm.
+        walls = []
+        for i in range(args.runs):
+            suite = run_suite(server.url, Path(tmp) / f"run{i}", args.suite_timeout)
+            walls.append(round(suite["suite_wall_s"], 2))
+            print(f"opinfo run {i + 1}/{args.runs}: {suite['suite_wall_s']:.1f}s", flush=True)
         checks = anyio.run(self_check, server.url, args.trials)
 
     rows = suite.pop("rows")
@@ -220,6 +227,7 @@ def main() -> int:
         "warm_s": warm_s,
         "opinfo": {
             **suite,
+            "suite_wall_s_each_run": walls,
             "ops": len(rows),
             "correct": len(rows) - len(not_correct),
             "not_correct": not_correct,

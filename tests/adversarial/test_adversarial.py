@@ -123,6 +123,18 @@ def test_other_workers_files_are_out_of_reach(adv: AdversarialService, client: h
     assert f"tenant A secret {adv.marker}" not in body, f"read another worker's file:\n{res.output}"
 
 
+def test_the_shared_kernel_cache_is_read_only_to_the_candidate(
+    adv: AdversarialService, client: httpx.Client
+) -> None:
+    """PyTorch's NVRTC kernel cache is shared by a judge's sides (a reference process loads what is
+    there): the submission sees where it is, and cannot write it."""
+    res, _ = evaluate(client, source("poison_kernel_cache", marker=adv.marker))
+    assert res.outcome == "correct", res.message
+    assert "POISON refused:" in (res.output or ""), res.output
+    assert "nvrtc-cache" in (res.output or ""), res.output
+    assert not list(adv.work_dir.rglob(f"poison-{adv.marker}*"))
+
+
 def test_no_network(adv: AdversarialService, client: httpx.Client) -> None:
     received: list[bytes] = []
     srv = socket.create_server(("127.0.0.1", 0))

@@ -186,3 +186,57 @@ def test_the_gate_holds_the_judges_stream_until_the_judge_or_its_watchdog_opens_
     time.sleep(0.3)
     assert passed.query()
     assert not gate.release(None)  # too late: the call was not held
+
+
+SHORT_REF = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+def get_inputs():
+    return [torch.randn(1 << 16)]  # a few microseconds: far below the path's ~0.29 ms hop
+
+def get_init_inputs():
+    return []
+"""
+#: Honest on calls far apart (correctness trials), stale on calls back to back (a reading of several).
+STALE_WITHIN_READING = """
+import time
+import torch
+import torch.nn as nn
+
+class ModelNew(nn.Module):
+    last, out = 0.0, None
+    def forward(self, x):
+        now = time.perf_counter()
+        if self.out is None or now - ModelNew.last > 200e-6:
+            ModelNew.out = torch.relu(x)
+        ModelNew.last = now
+        return ModelNew.out
+"""
+
+
+def test_short_calls_are_timed_several_per_reading_and_each_output_is_checked(
+    gpu_server: RunningServer,
+) -> None:
+    """A call of a few microseconds is timed many to a reading (one hop's cost divided among them), the
+    same for both sides: the reference against itself reads ~1x. A kernel that answers a reading's later
+    calls with its first output is incorrect: every call of a reading is checked."""
+    honest_sol = SHORT_REF + "\nModelNew = Model\n"
+    with httpx.Client(base_url=gpu_server.url, timeout=900) as c:
+        answers = [
+            c.post("/v1/evaluate", json={"reference": SHORT_REF, "solution": sol, "options": OPTS})
+            for sol in (honest_sol, STALE_WITHIN_READING)
+        ]
+    honest, stale = (KernelEvalResponse.model_validate(a.json()) for a in answers)
+    assert honest.outcome == "correct", honest.message
+    assert honest.timing_gate is not None and honest.timing_gate["calls_per_reading"] >= 16, (
+        honest.timing_gate
+    )
+    assert honest.speedup is not None and 0.95 < honest.speedup < 1.05, (honest.speedup, honest.timing_gate)
+    assert honest.new_timing is not None and honest.new_timing.median < 0.05, honest.new_timing
+    assert stale.outcome == "incorrect", (stale.outcome, stale.message, stale.timing_gate)
+    assert stale.message and "timed call" in stale.message

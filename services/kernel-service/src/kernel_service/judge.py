@@ -17,6 +17,7 @@ enters the reading; on the CPU, the judge's clock around the request.
 from __future__ import annotations
 
 import gc
+import math
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -45,7 +46,7 @@ from .harness import (
 from .sandbox import HardenPolicy
 from .schemas import Outcome, TimingStats, excerpt, reward_for
 from .sides import SideFault, SideProcess, Zygote
-from .timing import GATE_TRIES, CpuTimer, GatedSide, GpuTimer, HostGate, PrepError, Timer
+from .timing import GATE_TRIES, CpuTimer, GatedSide, GpuTimer, HostGate, PrepError, Timer, calls_per_reading
 
 #: Timed outputs of more elements are checked at this many random positions (correctness trials compare
 #: whole outputs).
@@ -53,6 +54,10 @@ TIMED_SAMPLE_ELEMENTS = 1 << 20
 #: Stop timing early (keeping what was measured) once this share of the job's timeout is spent.
 TIMING_BUDGET_SHARE = 0.6
 MIN_TIMED_TRIALS = 5
+#: Timed readings at least (up to ``perf_trials``) when each holds several calls.
+MIN_READINGS = 10
+#: Gated calls of the reference side that choose the calls per reading.
+ESTIMATE_CALLS = 3
 #: GPU memory the judge may still hold after a job before its worker is replaced: one problem's
 #: inputs take gigabytes, and what the judge keeps the next job's two sides cannot allocate.
 JUDGE_LEAK_BYTES = 64 << 20
@@ -116,12 +121,26 @@ class Judge:
             self._gpu_timer = GpuTimer(device)
         return self._gpu_timer
 
-    def side_request(self, tmp: Path, build_dir: str) -> dict[str, Any]:
+    @property
+    def kernel_cache(self) -> Path:
+        """PyTorch's NVRTC kernel cache for this judge's sides (ops such as ``mul`` on complex values or
+        ``digamma`` are compiled at first use, 0.3-11 s an op on the H100, in every new process): written
+        only by the reference side, which runs trusted code, and read-only to the candidate, whose cubins
+        would otherwise be loaded by the next reference."""
+        path = self.tmp / "nvrtc-cache"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def side_request(self, tmp: Path, build_dir: str, role: str) -> dict[str, Any]:
         p = self.policy
+        cache = str(self.kernel_cache)
         return {
             "tmp": str(tmp),
-            "writable": [str(w) for w in p.writable[1:]] + [build_dir],
-            "readable": [str(r) for r in p.readable],
+            "writable": [str(w) for w in p.writable[1:]]
+            + [build_dir]
+            + ([cache] if role == "reference" else []),
+            "readable": [str(r) for r in p.readable] + ([cache] if role != "reference" else []),
+            "kernel_cache": cache,
             "fsize": p.fsize_bytes,
             "nproc": p.nproc,
             "address_space": p.address_space,
@@ -148,7 +167,9 @@ class Run:
 
     def fork(self, role: str, build_dir: str) -> SideProcess:
         tmp = self.workdir / role
-        side = SideProcess(self.judge.zygote, role, self.judge.side_request(tmp, build_dir), self.deadline)
+        side = SideProcess(
+            self.judge.zygote, role, self.judge.side_request(tmp, build_dir, role), self.deadline
+        )
         self.sides[role] = side
         self.opened[role] = transport.Opened()
         return side
@@ -218,6 +239,23 @@ class Run:
         timer, right after the call's end is recorded; other outputs are views, to read before the side's
         next call.
         """
+        return self._request(role, (list(args), dict(kwargs or {})), False, timer, extra)
+
+    def calls(
+        self,
+        role: str,
+        sets: list[tuple[list[Any], dict[str, Any]]],
+        timer: Timer,
+        extra: dict[str, Any] | None = None,
+    ) -> Call:
+        """One timed reading of ``len(sets)`` calls, one per ``(args, kwargs)`` set, run back to back by
+        the side between one go and one done: ``ms`` is their total and ``out`` the list of their outputs.
+        Every set has values of its own, and every output is the judge's to check."""
+        return self._request(role, [(list(a), dict(k)) for a, k in sets], True, timer, extra)
+
+    def _request(
+        self, role: str, values: Any, many: bool, timer: Timer | None, extra: dict[str, Any] | None
+    ) -> Call:
 
         def read(reply: dict[str, Any]) -> Callable[[], Any]:
             out = self.decode(role, reply)
@@ -229,10 +267,10 @@ class Run:
 
         tries = 0
         while True:
-            values = (list(args), dict(kwargs or {}))
             arena = self.arena(role, "in", transport.layout_bytes(values))
             packed, write = transport.pack(values, arena)
-            msg = {"op": "call", "args": packed[0], "kwargs": packed[1], **(extra or {})}
+            where = {"calls": packed} if many else {"args": packed[0], "kwargs": packed[1]}
+            msg = {"op": "call", **where, **(extra or {})}
             msg["gated"] = timer is not None and self.device.type == "cuda"
             if timer is None:
                 write()
@@ -621,7 +659,11 @@ def _time(
 ) -> dict[str, Any]:
     """The candidate timed first, then killed; then the path's own cost calibrated and the reference
     timed on the seeds whose candidate outputs are checked: no code of the submission runs while the
-    reference or the calibration is measured. (On the CPU, :func:`_time_interleaved`.)"""
+    reference or the calibration is measured. (On the CPU, :func:`_time_interleaved`.)
+
+    A reading is one request of ``n`` calls run back to back, each on values of its own (``n`` > 1 for
+    calls under ``READING_TARGET_MS``, chosen from the reference side's calls before the candidate is
+    timed), and every output of every call is checked against the reference's for the same seed."""
     opts, device = job.options, run.device
     if device.type != "cuda" and job.cached_ref_timing is None:
         return _time_interleaved(run, job, get_inputs, atol, rtol, started)
@@ -634,28 +676,41 @@ def _time(
         role: base.bind(role, partial(run.ask, role)) for role in ("candidate", "reference")
     }
     warm_seed = fresh_seed()  # inputs made again where used: a problem's inputs may take gigabytes
-    warm = get_inputs(warm_seed)
-    for _ in range(opts.warmup):
-        if why := misplaced(run.call("candidate", warm, timers["candidate"]), device):
+    n = 1
+    if isinstance(base, GpuTimer):
+        n = reading_size(run, base, timers["reference"], [(get_inputs(warm_seed), {})])
+
+    def sets(seeds: list[int]) -> list[tuple[list[Any], dict[str, Any]]]:
+        return [(get_inputs(seed), {}) for seed in seeds]
+
+    def warm() -> list[tuple[list[Any], dict[str, Any]]]:
+        """One set of inputs, ``n`` times (warm-up and null calls need no values of their own)."""
+        return [(get_inputs(warm_seed), {})] * n
+
+    warm_sets = warm()
+    for _ in range(math.ceil(opts.warmup / n)):
+        if why := misplaced(run.calls("candidate", warm_sets, timers["candidate"]), device):
             raise Incorrect(f"warm-up call: {why}")
-    del warm
+    del warm_sets
     run.release()
 
+    readings = max(math.ceil(opts.perf_trials / n), min(MIN_READINGS, opts.perf_trials))
     new_raw: list[float] = []
-    checked: list[tuple[int, Any]] = []  # every timed output, checked against the reference's on its seed
-    for i in range(opts.perf_trials):
-        seed = fresh_seed()
-        timed = run.call("candidate", get_inputs(seed), timers["candidate"])
+    checked: list[tuple[list[int], list[Any]]] = []  # every timed output, checked against the reference's
+    for i in range(readings):
+        seeds = [fresh_seed() for _ in range(n)]
+        timed = run.calls("candidate", sets(seeds), timers["candidate"])
         assert timed.ms is not None
         new_raw.append(timed.ms)
         if why := foreign(timed.out) or misplaced(timed, device):
-            raise Incorrect(f"timed call {i + 1}: {why}")
-        checked.append((seed, timed.out))
+            raise Incorrect(f"timed reading {i + 1}: {why}")
+        checked.append((seeds, timed.out))
         if time.perf_counter() - started > budget and len(new_raw) >= MIN_TIMED_TRIALS:
             break
     run.end_candidate()
 
-    null_ms = calibrate(run, base, timers["reference"], get_inputs(warm_seed))
+    warm_sets = warm()
+    null_ms = calibrate(run, base, timers["reference"], warm_sets)
     try:
         base.check("null")
     except PrepError as exc:
@@ -663,30 +718,56 @@ def _time(
     ref_raw: list[float] = []
     mismatch: str | None = None
     if cached is None:
-        warm = get_inputs(warm_seed)
-        for _ in range(opts.warmup):
-            run.call("reference", warm, timers["reference"])
-        del warm
-        for i in range(len(new_raw)):
-            seed, snap = checked[i] if i < len(checked) else (fresh_seed(), None)
-            timed = run.call("reference", get_inputs(seed), timers["reference"])
+        for _ in range(math.ceil(opts.warmup / n)):
+            run.calls("reference", warm_sets, timers["reference"])
+    del warm_sets
+    if cached is None:
+        for seeds, snaps in checked:
+            timed = run.calls("reference", sets(seeds), timers["reference"])
             assert timed.ms is not None
             ref_raw.append(timed.ms)
-            if snap is not None and mismatch is None:
-                mismatch = _mismatch(timed.out, snap, atol, rtol)
-        checked = checked[len(new_raw) :]
-    for seed, snap in checked:
-        if mismatch is not None:
-            break
-        mismatch = _mismatch(unwrap(run.call("reference", get_inputs(seed)).out), snap, atol, rtol)
+            for out, snap in zip(timed.out, snaps, strict=True):
+                mismatch = mismatch or _mismatch(out, snap, atol, rtol)
+    else:
+        for seeds, snaps in checked:
+            for seed, snap in zip(seeds, snaps, strict=True):
+                if mismatch is None:
+                    mismatch = _mismatch(
+                        unwrap(run.call("reference", get_inputs(seed)).out), snap, atol, rtol
+                    )
     return {
-        "ref": cached if cached is not None else TimingStats.of(net(ref_raw, null_ms)),
-        "new": TimingStats.of(net(new_raw, null_ms)),
+        "ref": cached if cached is not None else TimingStats.of(net(ref_raw, null_ms, n)),
+        "new": TimingStats.of(net(new_raw, null_ms, n)),
         "ref_cached": cached is not None,
         "method": base.method,
         "mismatch": mismatch,
-        "gate": base.report() if isinstance(base, GpuTimer) else None,
+        "gate": {**base.report(), "calls_per_reading": n} if isinstance(base, GpuTimer) else None,
     }
+
+
+def reading_size(
+    run: Run,
+    base: GpuTimer,
+    ref_timer: Timer,
+    sets: list[tuple[list[Any], dict[str, Any]]],
+    extra: dict[str, Any] | None = None,
+) -> int:
+    """Calls per timed reading, from a few gated calls of the trusted reference side (the candidate
+    stopped meanwhile) less a first estimate of the path's cost; the same for both sides. The candidate
+    cannot make it smaller than the reference's speed gives (it only ever lowers the path's share)."""
+    with run.frozen("candidate"):
+        null_ms = calibrate(run, base, ref_timer, sets)
+        ms: list[float] = []
+        nbytes = transport.layout_bytes(sets)
+        leaves = transport.tensor_count(sets)
+        for _ in range(ESTIMATE_CALLS):
+            call = run.calls("reference", sets, ref_timer, extra)
+            assert call.ms is not None
+            ms.append(call.ms)
+        outs = flatten_outputs(call.out)
+        nbytes += sum(t.nbytes for t in outs if isinstance(t, torch.Tensor))
+        leaves += len(outs)
+    return calls_per_reading(min(ms) - null_ms, nbytes, leaves, transport.MAX_NODES)
 
 
 def _time_interleaved(
@@ -751,19 +832,23 @@ def _time_interleaved(
     }
 
 
-def net(raw: list[float], null_ms: float) -> list[float]:
-    """Readings less the path's own cost (never below a nanosecond: a ratio must stay defined)."""
-    return [max(ms - null_ms, 1e-6) for ms in raw]
+def net(raw: list[float], null_ms: float, calls: int = 1) -> list[float]:
+    """Per call: readings of ``calls`` calls each, less the path's own cost (never below a nanosecond:
+    a ratio must stay defined)."""
+    return [max(ms - null_ms, 1e-6) / calls for ms in raw]
 
 
-def calibrate(run: Run, base: GpuTimer | CpuTimer, ref_timer: Timer, inputs: list[Any]) -> float:
-    """The path's own cost per call, from null calls of the reference side with ``inputs`` written."""
+def calibrate(
+    run: Run, base: GpuTimer | CpuTimer, ref_timer: Timer, sets: list[tuple[list[Any], dict[str, Any]]]
+) -> float:
+    """The path's own cost per reading, from null calls of the reference side with a reading's inputs
+    (``sets``) written, as for a real reading (their preparation time is the baseline)."""
     if isinstance(base, CpuTimer):
         return 0.0
-    values: tuple[list[Any], dict[str, Any]] = (list(inputs), {})
+    values = [(list(a), dict(k)) for a, k in sets]
     arena = run.arena("reference", "in", transport.layout_bytes(values))
     packed, write = transport.pack(values, arena)
-    msg = {"op": "call", "null": True, "gated": True, "args": packed[0], "kwargs": packed[1]}
+    msg = {"op": "call", "null": True, "gated": True, "calls": packed}
     assert isinstance(ref_timer, GatedSide)
     return base.calibrate_null(ref_timer, partial(run.ask, "reference", msg), write)
 

@@ -14,7 +14,9 @@ H100 without MPS, ~16 us under MPS), so no host latency (pipe, Python, launches)
 holds. A call whose end (and output copies) were enqueued after the gate opened by itself is measured
 again with a doubled gate;
 a call that synchronises the host inside ``forward`` never beats it and is read with its host time, as an
-event timer around the call would read it.
+event timer around the call would read it. A reading may hold several calls (:func:`calls_per_reading`),
+each on inputs of its own, all written before ``mid``, run back to back between one *go* and one *done*:
+the path's cost, and its noise, is then divided among them.
 
 What a side cannot do: start early (its inputs do not exist before ``start``; work done on stale arena
 contents gives wrong outputs), hide work on another stream (``end`` only waits for *done*, and the
@@ -29,6 +31,7 @@ copy of the outputs the side put into the judge's shared memory (the same copy f
 from __future__ import annotations
 
 import ctypes
+import math
 import statistics
 import threading
 import time
@@ -55,11 +58,30 @@ NULL_CALLS = 20
 #: plus ``PREP_SLACK_MS`` before it counts as work done while the judge prepared the call.
 PREP_SLACK = 1.25
 PREP_SLACK_MS = 0.010
+#: A reading of a short call holds this much GPU work: the calls of one reading run back to back behind one
+#: go/done hop, so the hop's cost (~0.29 ms of GPU context switches without MPS, at either of two levels
+#: ~8 us apart per side process) is divided among them. One call per reading read a ~60 us kernel 4-7%
+#: off an independent event timer on the H100, and a 3 us op anywhere from 0.25x to 1.56x of itself.
+READING_TARGET_MS = 2.0
+#: At most this many calls in one reading: each is queued behind the gate (the side's launch queue must
+#: not fill while the GPU is held) and each output stays alive until the judge has read it.
+MAX_CALLS_PER_READING = 128
+#: The inputs and outputs of one reading's calls together stay under this many bytes.
+READING_BYTES = 256 << 20
 
 Ask = Callable[[], dict[str, Any]]
 #: Decodes a reply now and returns the thunk that copies the outputs (enqueued right after the end event).
 Read = Callable[[dict[str, Any]], Callable[[], Any]]
 Write = Callable[..., None]
+
+
+def calls_per_reading(call_ms: float, call_bytes: int, leaves: int, max_nodes: int) -> int:
+    """How many calls one timed reading of a call taking ``call_ms`` (GPU work, the path's cost taken
+    off; <= 0 when too short to tell) makes: enough for ``READING_TARGET_MS`` of work, within the caps on
+    calls, on bytes (``call_bytes``: one call's inputs and outputs) and on the values a reply may name."""
+    calls = MAX_CALLS_PER_READING if call_ms <= 0 else math.ceil(READING_TARGET_MS / call_ms)
+    calls = min(calls, MAX_CALLS_PER_READING, READING_BYTES // max(call_bytes, 1))
+    return max(1, min(calls, max_nodes // max(leaves + 2, 1)))
 
 
 class Timer(Protocol):
@@ -208,7 +230,8 @@ class GpuTimer:
     method = (
         "judge-side CUDA events around the side's work, ordered by inter-process events behind a GPU gate "
         "(inputs written after the start, L2 flushed, no host latency, the path's null-call cost "
-        "subtracted); candidate timed, killed, then the reference; median"
+        "subtracted); calls under 2 ms timed several per reading, back to back, each on values of its own; "
+        "candidate timed, killed, then the reference; median of the readings' per-call means"
     )
 
     def __init__(self, device: torch.device, deadline_s: float = 60.0) -> None:

@@ -134,6 +134,11 @@ def layout_bytes(value: Any) -> int:
     return sum(_aligned(extent(t.shape, t.stride()) * t.element_size()) for t in _tensors(value))
 
 
+def tensor_count(value: Any) -> int:
+    """Tensors in ``value`` (its lists, tuples and dicts)."""
+    return len(_tensors(value))
+
+
 def _tensors(value: Any) -> list[torch.Tensor]:
     if isinstance(value, torch.Tensor):
         return [value]

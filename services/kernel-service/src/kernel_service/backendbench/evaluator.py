@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from ..harness import HarnessError, fresh_seed, seed_all, usable_build_dir
-from ..judge import Judge, Run, calibrate, foreign, net, snapshot, unwrap
+from ..judge import MIN_READINGS, Call, Judge, Run, calibrate, foreign, net, reading_size, snapshot, unwrap
 from ..schemas import Outcome
 from ..timing import CpuTimer, GpuTimer, PrepError
 from ..transport import extent, layout_bytes
@@ -935,55 +935,65 @@ def _time_cases(
 ) -> dict[str, float] | None:
     """Every performance input timed for the kernel, whose process is then killed, then for the op: no
     code of the submission runs while the op is timed. Each timed call gets fresh values (a seed from
-    ``os.urandom`` per trial, the same for both sides) and every timed output is checked against the op's
-    output for the same values. Returns the GPU gate's report (None on the CPU)."""
+    ``os.urandom`` per call, the same for both sides) and every timed output is checked against the op's
+    output for the same values. On a GPU a reading of an input holds as many calls as its size allows
+    (chosen from the op's own calls before the kernel is timed), the same for both sides. Returns the GPU
+    gate's report (None on the CPU)."""
     opts = prep.req.options
     base: GpuTimer | CpuTimer = run.judge.gpu_timer(run.device) if run.device.type == "cuda" else CpuTimer()
     if isinstance(base, GpuTimer):  # each op from the initial gate, as each KernelBench job
         base.start_job()
     timers = {role: base.bind(role, partial(run.ask, role)) for role in ("candidate", "reference")}
     where = [next(k for k, p in enumerate(prep.perf) if p is c) for c in cases]
-    seeds = [fresh_seed() for _ in range(opts.perf_trials)]
-    kernel_raw: list[list[float]] = [[] for _ in cases]
-    outs: list[list[Any]] = [[] for _ in cases]
-    for case in cases:
-        for _ in range(opts.warmup):
-            run.call("candidate", list(case.args), timers["candidate"], kwargs=case.kwargs)
-    for seed in seeds:
-        fresh = _rebuild_perf(prep, seed)
+    op = [{"overload": str(case.overload)} for case in cases]
+    sizes = [1] * len(cases)
+    if isinstance(base, GpuTimer):
+        sizes = [
+            reading_size(run, base, timers["reference"], [(list(c.args), c.kwargs)], op[j])
+            for j, c in enumerate(cases)
+        ]
+    most = max(sizes)
+    readings = max(math.ceil(opts.perf_trials / most), min(MIN_READINGS, opts.perf_trials))
+    seeds = [[fresh_seed() for _ in range(most)] for _ in range(readings)]
+
+    def warm_up(role: str) -> None:
+        for j, case in enumerate(cases):
+            for _ in range(math.ceil(opts.warmup / sizes[j])):
+                run.calls(role, [(list(case.args), case.kwargs)] * sizes[j], timers[role],
+                          op[j] if role == "reference" else None)  # fmt: skip
+
+    def timed(role: str, i: int) -> Iterator[tuple[int, Call]]:
+        """Reading ``i`` of each input: its calls on values of their own, fresh from their seeds."""
+        fresh = [_rebuild_perf(prep, seed) for seed in seeds[i]]
         for j, k in enumerate(where):
-            case = fresh[k]
-            timed = run.call("candidate", list(case.args), timers["candidate"], kwargs=case.kwargs)
-            assert timed.ms is not None
-            kernel_raw[j].append(timed.ms)
-            outs[j].append(timed.out)
-        del fresh
+            sets = [(list(f[k].args), f[k].kwargs) for f in fresh[: sizes[j]]]
+            yield j, run.calls(role, sets, timers[role], op[j] if role == "reference" else None)
+
+    kernel_raw: list[list[float]] = [[] for _ in cases]
+    outs: list[list[list[Any]]] = [[] for _ in cases]
+    warm_up("candidate")
+    for i in range(readings):
+        for j, call in timed("candidate", i):
+            assert call.ms is not None
+            kernel_raw[j].append(call.ms)
+            outs[j].append(call.out)
     run.end_candidate()
-    null_ms = calibrate(run, base, timers["reference"], list(cases[0].args))
+    null_ms = calibrate(run, base, timers["reference"], [(list(cases[0].args), cases[0].kwargs)])
     ref_raw: list[list[float]] = [[] for _ in cases]
     bad: dict[int, str] = {}
-    for case in cases:
-        for _ in range(opts.warmup):
-            run.call("reference", list(case.args), timers["reference"], kwargs=case.kwargs,
-                     extra={"overload": str(case.overload)})  # fmt: skip
-    for i, seed in enumerate(seeds):
-        fresh = _rebuild_perf(prep, seed)
-        for j, k in enumerate(where):
-            case = fresh[k]
-            timed = run.call(
-                "reference", list(case.args), timers["reference"], kwargs=case.kwargs,
-                extra={"overload": str(case.overload)},
-            )  # fmt: skip
-            assert timed.ms is not None
-            ref_raw[j].append(timed.ms)
-            if j not in bad:
-                mismatch, _ = compare(timed.out, outs[j][i], atol=opts.atol, rtol=opts.rtol)
-                if mismatch is not None:
-                    bad[j] = f"timed call {i + 1}: {mismatch.message}"
-        del fresh
+    warm_up("reference")
+    for i in range(readings):
+        for j, call in timed("reference", i):
+            assert call.ms is not None
+            ref_raw[j].append(call.ms)
+            for m, (ref_out, ker_out) in enumerate(zip(call.out, outs[j][i], strict=True)):
+                if j not in bad:
+                    mismatch, _ = compare(ref_out, ker_out, atol=opts.atol, rtol=opts.rtol)
+                    if mismatch is not None:
+                        bad[j] = f"timed call {i * sizes[j] + m + 1}: {mismatch.message}"
     for j, result in enumerate(results):
-        kernel_ms = result.kernel_ms = statistics.median(net(kernel_raw[j], null_ms))
-        ref_ms = result.ref_ms = statistics.median(net(ref_raw[j], null_ms))
+        kernel_ms = result.kernel_ms = statistics.median(net(kernel_raw[j], null_ms, sizes[j]))
+        ref_ms = result.ref_ms = statistics.median(net(ref_raw[j], null_ms, sizes[j]))
         if j in bad:
             result.correct = False
             result.error = _trim("a timed call's output differs from the op's: " + bad[j])
@@ -993,4 +1003,6 @@ def _time_cases(
         base.check("reference")
     except PrepError as exc:
         raise HarnessError(Outcome.EXECUTION_FAILURE, str(exc)) from exc
-    return base.report() if isinstance(base, GpuTimer) else None
+    if not isinstance(base, GpuTimer):
+        return None
+    return {**base.report(), "calls_per_reading": float(max(sizes)), "readings": float(readings)}
