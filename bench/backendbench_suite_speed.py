@@ -172,7 +172,9 @@ def main() -> int:
     parser.add_argument("--band", type=float, default=0.02, help="self-check: |performance - 1| at most")
     parser.add_argument("--trials", type=int, default=20, help="self-check: timed trials per input")
     parser.add_argument("--suite-timeout", type=float, default=1800.0)
-    parser.add_argument("--runs", type=int, default=2, help="opinfo runs through one service (last one counts)")
+    parser.add_argument(
+        "--runs", type=int, default=2, help="opinfo runs through one service (last one counts)"
+    )
     parser.add_argument(
         "--sandbox",
         choices=["auto", "unshare", "none"],
