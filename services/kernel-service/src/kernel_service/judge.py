@@ -765,7 +765,7 @@ def reading_size(
             assert call.ms is not None
             ms.append(call.ms)
         outs = flatten_outputs(call.out)
-        nbytes += sum(t.nbytes for t in outs if isinstance(t, torch.Tensor))
+        nbytes += 2 * sum(t.nbytes for t in outs if isinstance(t, torch.Tensor))  # the side's, the judge's
         leaves += len(outs)
     return calls_per_reading(min(ms) - null_ms, nbytes, leaves, transport.MAX_NODES)
 

@@ -65,9 +65,10 @@ PREP_SLACK_MS = 0.010
 READING_TARGET_MS = 2.0
 #: At most this many calls in one reading: each is queued behind the gate (the side's launch queue must
 #: not fill while the GPU is held) and each output stays alive until the judge has read it.
-MAX_CALLS_PER_READING = 128
-#: The inputs and outputs of one reading's calls together stay under this many bytes.
-READING_BYTES = 256 << 20
+MAX_CALLS_PER_READING = 256
+#: One reading's inputs, outputs and the judge's copies of them stay under this many bytes (a 60 us kernel
+#: of 64 MB in and out still gets ~10 calls a reading).
+READING_BYTES = 2 << 30
 
 Ask = Callable[[], dict[str, Any]]
 #: Decodes a reply now and returns the thunk that copies the outputs (enqueued right after the end event).
@@ -78,7 +79,8 @@ Write = Callable[..., None]
 def calls_per_reading(call_ms: float, call_bytes: int, leaves: int, max_nodes: int) -> int:
     """How many calls one timed reading of a call taking ``call_ms`` (GPU work, the path's cost taken
     off; <= 0 when too short to tell) makes: enough for ``READING_TARGET_MS`` of work, within the caps on
-    calls, on bytes (``call_bytes``: one call's inputs and outputs) and on the values a reply may name."""
+    calls, on bytes (``call_bytes``: one call's inputs, outputs and the judge's copies of the outputs) and
+    on the values a reply may name."""
     calls = MAX_CALLS_PER_READING if call_ms <= 0 else math.ceil(READING_TARGET_MS / call_ms)
     calls = min(calls, MAX_CALLS_PER_READING, READING_BYTES // max(call_bytes, 1))
     return max(1, min(calls, max_nodes // max(leaves + 2, 1)))
