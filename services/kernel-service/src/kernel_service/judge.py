@@ -281,7 +281,11 @@ class Run:
                 tries += 1
                 try:
                     ms, reply = timer.time_call(
-                        partial(self.ask, role, msg), read, write, tries >= GATE_TRIES
+                        partial(self.ask, role, msg),
+                        read,
+                        write,
+                        tries >= GATE_TRIES,
+                        len(values) if many else 1,
                     )
                 except TimeoutError as exc:
                     self.recycle = f"a timed call of the {role} never finished on the GPU"
@@ -662,8 +666,8 @@ def _time(
     reference or the calibration is measured. (On the CPU, :func:`_time_interleaved`.)
 
     A reading is one request of ``n`` calls run back to back, each on values of its own (``n`` > 1 for
-    calls under ``READING_TARGET_MS``, chosen from the reference side's calls before the candidate is
-    timed), and every output of every call is checked against the reference's for the same seed."""
+    calls under ``READING_TARGET_MS``: :func:`reading_size`), and every output of every call is checked
+    against the reference's for the same seed."""
     opts, device = job.options, run.device
     if device.type != "cuda" and job.cached_ref_timing is None:
         return _time_interleaved(run, job, get_inputs, atol, rtol, started)
@@ -678,7 +682,7 @@ def _time(
     warm_seed = fresh_seed()  # inputs made again where used: a problem's inputs may take gigabytes
     n = 1
     if isinstance(base, GpuTimer):
-        n = reading_size(run, base, timers["reference"], [(get_inputs(warm_seed), {})])
+        n = reading_size(run, base, timers, [(get_inputs(warm_seed), {})])
 
     def sets(seeds: list[int]) -> list[tuple[list[Any], dict[str, Any]]]:
         return [(get_inputs(seed), {}) for seed in seeds]
@@ -748,26 +752,37 @@ def _time(
 def reading_size(
     run: Run,
     base: GpuTimer,
-    ref_timer: Timer,
+    timers: dict[str, Timer],
     sets: list[tuple[list[Any], dict[str, Any]]],
     extra: dict[str, Any] | None = None,
 ) -> int:
-    """Calls per timed reading, from a few gated calls of the trusted reference side (the candidate
-    stopped meanwhile) less a first estimate of the path's cost; the same for both sides. The candidate
-    cannot make it smaller than the reference's speed gives (it only ever lowers the path's share)."""
-    with run.frozen("candidate"):
-        null_ms = calibrate(run, base, ref_timer, sets)
-        ms: list[float] = []
-        nbytes = transport.layout_bytes(sets)
-        leaves = transport.tensor_count(sets)
+    """Calls per timed reading, the same for both sides: enough for the faster side's calls to hold
+    ``READING_TARGET_MS`` of work (a fast kernel against a slow reference needs many, where the
+    reference alone would ask for one or two), from a few gated calls of each less a first estimate of
+    the path's cost. The candidate can only make it larger than the trusted reference's speed gives (the
+    path's share of its readings only ever shrinks); ``extra``: the reference side's request fields."""
+
+    def fastest(role: str) -> float:
+        ms = []
         for _ in range(ESTIMATE_CALLS):
-            call = run.calls("reference", sets, ref_timer, extra)
+            call = run.calls(role, sets, timers[role], extra if role == "reference" else None)
             assert call.ms is not None
             ms.append(call.ms)
-        outs = flatten_outputs(call.out)
-        nbytes += 2 * sum(t.nbytes for t in outs if isinstance(t, torch.Tensor))  # the side's, the judge's
-        leaves += len(outs)
-    return calls_per_reading(min(ms) - null_ms, nbytes, leaves, transport.MAX_NODES)
+        if role == "reference":
+            outs = flatten_outputs(call.out)
+            sizes.append(2 * sum(t.nbytes for t in outs if isinstance(t, torch.Tensor)))  # side's, judge's
+            sizes.append(len(outs))
+        return min(ms)
+
+    sizes = [transport.layout_bytes(sets), transport.tensor_count(sets)]
+    with run.frozen("candidate"):
+        null_ms = calibrate(run, base, timers["reference"], sets)
+        ref_ms = fastest("reference")
+    new_ms = fastest("candidate")
+    nbytes, leaves = sizes[0] + sizes[2], sizes[1] + sizes[3]
+    return max(
+        calls_per_reading(ms - null_ms, nbytes, leaves, transport.MAX_NODES) for ms in (ref_ms, new_ms)
+    )
 
 
 def _time_interleaved(

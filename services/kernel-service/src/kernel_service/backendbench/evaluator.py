@@ -33,7 +33,7 @@ import torch
 from ..harness import HarnessError, fresh_seed, seed_all, usable_build_dir
 from ..judge import MIN_READINGS, Call, Judge, Run, calibrate, foreign, net, reading_size, snapshot, unwrap
 from ..schemas import Outcome
-from ..timing import CpuTimer, GpuTimer, PrepError
+from ..timing import CpuTimer, GpuTimer, PrepError, Timer
 from ..transport import extent, layout_bytes
 from .compare import compare, tolerance
 from .detect import forbidden_packets, packet_name, tampering
@@ -937,20 +937,20 @@ def _time_cases(
     code of the submission runs while the op is timed. Each timed call gets fresh values (a seed from
     ``os.urandom`` per call, the same for both sides) and every timed output is checked against the op's
     output for the same values. On a GPU a reading of an input holds as many calls as its size allows
-    (chosen from the op's own calls before the kernel is timed), the same for both sides. Returns the GPU
-    gate's report (None on the CPU)."""
+    (``judge.reading_size``), the same for both sides. Returns the GPU gate's report (None on the CPU)."""
     opts = prep.req.options
     base: GpuTimer | CpuTimer = run.judge.gpu_timer(run.device) if run.device.type == "cuda" else CpuTimer()
     if isinstance(base, GpuTimer):  # each op from the initial gate, as each KernelBench job
         base.start_job()
-    timers = {role: base.bind(role, partial(run.ask, role)) for role in ("candidate", "reference")}
+    timers: dict[str, Timer] = {
+        role: base.bind(role, partial(run.ask, role)) for role in ("candidate", "reference")
+    }
     where = [next(k for k, p in enumerate(prep.perf) if p is c) for c in cases]
     op = [{"overload": str(case.overload)} for case in cases]
     sizes = [1] * len(cases)
     if isinstance(base, GpuTimer):
         sizes = [
-            reading_size(run, base, timers["reference"], [(list(c.args), c.kwargs)], op[j])
-            for j, c in enumerate(cases)
+            reading_size(run, base, timers, [(list(c.args), c.kwargs)], op[j]) for j, c in enumerate(cases)
         ]
     most = max(sizes)
     readings = max(math.ceil(opts.perf_trials / most), min(MIN_READINGS, opts.perf_trials))
