@@ -253,6 +253,7 @@ def main() -> int:
             "service_ref_ms": s_ref, "service_new_ms": s_new, "service_speedup": srv.get("speedup"),
             "timing_method": srv.get("timing_method"), "service_wall_s": srv["wall_s"],
             "job": i // len(KERNELS) + 1, "timing_gate": srv.get("timing_gate"),
+            "service_ref_timing": srv.get("ref_timing"), "service_new_timing": srv.get("new_timing"),
         }  # fmt: skip
         for side in ("ref", "new"):
             ind_ms, srv_ms = ind[side], row[f"service_{side}_ms"]
