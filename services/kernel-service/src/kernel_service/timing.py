@@ -69,9 +69,10 @@ READING_TARGET_MS = 2.0
 #: At most this many calls in one reading: each is queued behind the gate (the side's launch queue must
 #: not fill while the GPU is held) and each output stays alive until the judge has read it.
 MAX_CALLS_PER_READING = 256
-#: One reading's inputs, outputs and the judge's copies of them stay under this many bytes (a 60 us kernel
-#: of 64 MB in and out still gets ~10 calls a reading).
-READING_BYTES = 2 << 30
+#: One reading's inputs, outputs and the judge's copies of them stay under this many bytes. At 2 GiB an
+#: 85 us broadcast multiply (64 MB in and out) got 10 calls a reading and read +9% against itself on the
+#: H100 (L1_12), unexplained; readings of at most ~0.5 GB read within bounds.
+READING_BYTES = 512 << 20
 
 Ask = Callable[[], dict[str, Any]]
 #: Decodes a reply now and returns the thunk that copies the outputs (enqueued right after the end event).
