@@ -69,10 +69,12 @@ READING_TARGET_MS = 2.0
 #: At most this many calls in one reading: each is queued behind the gate (the side's launch queue must
 #: not fill while the GPU is held) and each output stays alive until the judge has read it.
 MAX_CALLS_PER_READING = 256
-#: One reading's inputs, outputs and the judge's copies of them stay under this many bytes. At 2 GiB an
-#: 85 us broadcast multiply (64 MB in and out) got 10 calls a reading and read +9% against itself on the
-#: H100 (L1_12), unexplained; readings of at most ~0.5 GB read within bounds.
-READING_BYTES = 512 << 20
+#: One reading's inputs, outputs and the judge's copies of them stay under this many bytes. On the H100
+#: (BENCHMARKS.md, "Several calls a reading") 2 GiB read every fidelity kernel within bounds; 512 MiB left
+#: the 95 us chain at one call a reading (the hop's noise again). Open: a broadcast multiply of 64 MB
+#: (KernelBench L1_12) at 10 calls a reading read 77-86 us a call through the service, 60 us in one
+#: process at any count, and +9% against itself.
+READING_BYTES = 2 << 30
 
 Ask = Callable[[], dict[str, Any]]
 #: Decodes a reply now and returns the thunk that copies the outputs (enqueued right after the end event).
