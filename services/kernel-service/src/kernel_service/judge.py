@@ -276,7 +276,8 @@ class Run:
                 write()
                 ms, reply = None, self.ask(role, msg)
                 if reply.get("ok"):
-                    return Call(None, self.decode(role, reply), reply, packed, arena)
+                    call = Call(None, self.decode(role, reply), reply, packed, arena)
+                    return self._answered(role, values, many, call)
             else:
                 tries += 1
                 try:
@@ -293,11 +294,22 @@ class Run:
                 if reply.get("ok"):
                     if ms is None:
                         continue  # the gate expired before the side answered: measure again
-                    return Call(ms, reply["read"], reply, packed, arena)
+                    return self._answered(role, values, many, Call(ms, reply["read"], reply, packed, arena))
             if isinstance(reply.get("need"), int) and 0 < reply["need"] < 1 << 40:
                 self.arena(role, "out", reply["need"])
                 continue
             raise self.side_error(role, reply)
+
+    def _answered(self, role: str, values: Any, many: bool, call: Call) -> Call:
+        """``call``, once a reading of several calls has exactly one output per call (a side describes its
+        own answer: one that names a single tensor, or too few, is refused, never zipped short)."""
+        if many and not (isinstance(call.out, (list, tuple)) and len(call.out) == len(values)):
+            got = f"{len(call.out)} outputs" if isinstance(call.out, (list, tuple)) else "a single value"
+            why = f"a reading of {len(values)} calls was answered with {got}"
+            if role == "reference":
+                raise HarnessError(Outcome.UNKNOWN_ERROR, f"reference outputs: {why}")
+            raise HarnessError(Outcome.EXECUTION_FAILURE, f"the candidate's outputs were refused: {why}")
+        return call
 
     def decode(self, role: str, reply: dict[str, Any]) -> Any:
         try:

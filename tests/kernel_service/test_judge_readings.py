@@ -1,0 +1,105 @@
+"""A timed reading of several calls (issue 16): the side runs each call on its own values and returns
+every output, in order; the count per reading follows the call's speed within its caps. Real judge, real
+zygote and side process, on the CPU."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from kernel_service import timing
+from kernel_service.harness import HarnessError, probe_environment
+from kernel_service.judge import Judge, Run, unwrap
+from kernel_service.sandbox import HardenPolicy
+from kernel_service.schemas import Outcome
+from kernel_service.timing import CpuTimer, calls_per_reading
+
+KERNELS = """
+import torch
+
+def double(x, *, shift=0.0):
+    return x * 2 + shift
+
+_first = []
+
+def stale(x, *, shift=0.0):
+    if not _first:
+        _first.append(x * 2 + shift)
+    return _first[0]
+
+def truncate(x, *, shift=0.0):
+    import kernel_service.candidate as side  # the side's own runtime: a submission may rewrite it
+    side._each = lambda fn, sets: [fn(*sets[0][0], **sets[0][1])]
+    return x * 2 + shift
+"""
+
+
+def test_calls_per_reading_fills_the_target_within_its_caps() -> None:
+    target = timing.READING_TARGET_MS
+    assert calls_per_reading(target, 1 << 10, 2, 4096) == 1  # a long call: one a reading
+    assert calls_per_reading(target / 10, 1 << 10, 2, 4096) == 10
+    assert calls_per_reading(target / 10.5, 1 << 10, 2, 4096) == 11  # rounded up: never short of the target
+    assert calls_per_reading(0.0, 1 << 10, 2, 4096) == timing.MAX_CALLS_PER_READING  # too short to tell
+    assert calls_per_reading(-1.0, 1 << 10, 2, 4096) == timing.MAX_CALLS_PER_READING
+    assert calls_per_reading(1e-6, timing.READING_BYTES // 3, 2, 4096) == 3  # bytes
+    assert calls_per_reading(1e-6, 1 << 10, 98, 4096) == 40  # the values one reply may name
+    assert calls_per_reading(1e-6, timing.READING_BYTES * 2, 2, 4096) == 1  # never below one call
+
+
+@pytest.fixture()
+def run(tmp_path: Path) -> Iterator[Run]:
+    judge = Judge(probe_environment(), HardenPolicy(writable=[tmp_path]), tmp_path)
+    run = Run(judge, tmp_path / "job", torch.device("cpu"), timeout_s=120)
+    build = tmp_path / "build"
+    build.mkdir()
+    try:
+        run.fork("candidate", str(build))
+        assert run.ask("candidate", {"op": "setup", "device": "cpu", "build_dir": str(build)})["ok"]
+        yield run
+    finally:
+        run.close()
+        judge.close()
+
+
+def load(run: Run, function: str) -> None:
+    reply = run.ask("candidate", {"op": "load_fn", "source": KERNELS, "function": function})
+    assert reply["ok"], reply
+
+
+def sets(n: int) -> list[tuple[list[torch.Tensor], dict[str, float]]]:
+    return [([torch.randn(64, 8)], {"shift": float(k)}) for k in range(n)]
+
+
+def test_a_reading_runs_each_call_on_its_own_values_in_order(run: Run) -> None:
+    load(run, "double")
+    values = sets(7)
+    call = run.calls("candidate", values, CpuTimer())
+    assert call.ms is not None and call.ms > 0
+    assert isinstance(call.out, list) and len(call.out) == 7
+    for (args, kwargs), out in zip(values, call.out, strict=True):
+        torch.testing.assert_close(out, args[0] * 2 + kwargs["shift"])
+    # the same side answers a one-call reading, and a plain call, after it
+    assert len(run.calls("candidate", values[:1], CpuTimer()).out) == 1
+    plain = run.call("candidate", values[0][0], kwargs=values[0][1]).out  # a view of the side's answer
+    torch.testing.assert_close(unwrap(plain), values[0][0][0] * 2)
+
+
+def test_an_output_reused_across_a_readings_calls_is_visible_to_the_judge(run: Run) -> None:
+    load(run, "stale")
+    values = sets(4)
+    call = run.calls("candidate", values, CpuTimer())
+    torch.testing.assert_close(call.out[0], values[0][0][0] * 2)
+    for (args, kwargs), out in zip(values[1:], call.out[1:], strict=True):
+        assert not torch.allclose(out, args[0] * 2 + kwargs["shift"])
+
+
+def test_a_reading_answered_with_too_few_outputs_is_refused(run: Run) -> None:
+    load(run, "truncate")
+    values = sets(3)
+    run.call("candidate", values[0][0], kwargs=values[0][1])  # rewrites the side's loop over a reading
+    with pytest.raises(HarnessError) as refused:
+        run.calls("candidate", values, CpuTimer())
+    assert refused.value.outcome == Outcome.EXECUTION_FAILURE
+    assert "a reading of 3 calls was answered with 1 outputs" in refused.value.message
