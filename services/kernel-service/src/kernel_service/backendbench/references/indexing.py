@@ -88,11 +88,24 @@ def index_put(x, indices, values, accumulate=False):
     pos = _linear_positions(x, indices)
     vals = values.to(x.dtype).expand(pos.shape).reshape(-1)
     flat = out.reshape(-1)
+    if accumulate and _sums_in_float32(x, indices):
+        acc = flat.float().scatter_add_(0, pos.reshape(-1), vals.float())
+        return acc.to(x.dtype).reshape(x.shape)
     if accumulate:
         flat.scatter_add_(0, pos.reshape(-1), vals)
     else:
         flat.scatter_(0, pos.reshape(-1), vals)
     return flat.reshape(x.shape)
+
+
+def _sums_in_float32(x, indices):
+    """Whether the op sums a position's values in float32 and rounds once: on CUDA, a half-precision
+    ``x`` indexed in every dimension (PyTorch's ``indexing_backward_kernel_stride_1``). Elsewhere it adds
+    them one at a time in ``x``'s dtype (checked on the CPU), as ``scatter_add_`` does; in bfloat16 a
+    different order or rounding moves a sum by whole units (on the H100, 4 of 18 inputs of
+    ``_unsafe_masked_index_put_accumulate``)."""
+    full = len(indices) == x.dim() and all(i is not None for i in indices)
+    return x.is_cuda and x.dtype in (torch.float16, torch.bfloat16) and full
 
 
 def index_reduce(x, dim, index, source, reduce, include_self=True):
