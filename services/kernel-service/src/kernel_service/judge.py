@@ -710,7 +710,7 @@ def _time(
     del warm_sets
     run.release()
 
-    readings = max(math.ceil(opts.perf_trials / n), min(MIN_READINGS, opts.perf_trials))
+    readings = reading_count(opts.perf_trials, n)
     new_raw: list[float] = []
     checked: list[tuple[list[int], list[Any]]] = []  # every timed output, checked against the reference's
     for i in range(readings):
@@ -759,6 +759,12 @@ def _time(
         "mismatch": mismatch,
         "gate": {**base.report(), "calls_per_reading": n} if isinstance(base, GpuTimer) else None,
     }
+
+
+def reading_count(perf_trials: int, calls: int) -> int:
+    """Timed readings of ``calls`` calls each: ``perf_trials`` calls in all, and at least
+    ``MIN_READINGS`` readings (up to ``perf_trials``) so that a median of readings stays one."""
+    return max(math.ceil(perf_trials / calls), min(MIN_READINGS, perf_trials))
 
 
 def reading_size(

@@ -329,7 +329,7 @@ class GatedSide:
         stream = torch.cuda.current_stream(t.device)
         ev = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
         start, mid, end = ev
-        gate_us = max(t.gate_us, calls * GATE_US_PER_CALL) if calls > 1 else t.gate_us
+        gate_us = max(t.gate_us, calls * GATE_US_PER_CALL)  # one call: the gate (>= MIN_GATE_US) itself
         t.gate.hold(gate_us)
         start.record(stream)
         write(False)

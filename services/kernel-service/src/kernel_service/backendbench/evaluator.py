@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from ..harness import HarnessError, fresh_seed, seed_all, usable_build_dir
-from ..judge import MIN_READINGS, Call, Judge, Run, calibrate, foreign, net, reading_size, snapshot, unwrap
+from ..judge import Call, Judge, Run, calibrate, foreign, net, reading_count, reading_size, snapshot, unwrap
 from ..schemas import Outcome
 from ..timing import CpuTimer, GpuTimer, PrepError, Timer
 from ..transport import extent, layout_bytes
@@ -952,9 +952,8 @@ def _time_cases(
         sizes = [
             reading_size(run, base, timers, [(list(c.args), c.kwargs)], op[j]) for j, c in enumerate(cases)
         ]
-    most = max(sizes)
-    readings = max(math.ceil(opts.perf_trials / most), min(MIN_READINGS, opts.perf_trials))
-    seeds = [[fresh_seed() for _ in range(most)] for _ in range(readings)]
+    counts = [reading_count(opts.perf_trials, size) for size in sizes]  # each input its perf_trials calls
+    seeds = [[fresh_seed() for _ in range(max(sizes))] for _ in range(max(counts))]
 
     def warm_up(role: str) -> None:
         for j, case in enumerate(cases):
@@ -964,15 +963,17 @@ def _time_cases(
 
     def timed(role: str, i: int) -> Iterator[tuple[int, Call]]:
         """Reading ``i`` of each input: its calls on values of their own, fresh from their seeds."""
-        fresh = [_rebuild_perf(prep, seed) for seed in seeds[i]]
-        for j, k in enumerate(where):
+        live = [j for j in range(len(cases)) if i < counts[j]]
+        fresh = [_rebuild_perf(prep, seed) for seed in seeds[i][: max(sizes[j] for j in live)]]
+        for j in live:
+            k = where[j]
             sets = [(list(f[k].args), f[k].kwargs) for f in fresh[: sizes[j]]]
             yield j, run.calls(role, sets, timers[role], op[j] if role == "reference" else None)
 
     kernel_raw: list[list[float]] = [[] for _ in cases]
     outs: list[list[list[Any]]] = [[] for _ in cases]
     warm_up("candidate")
-    for i in range(readings):
+    for i in range(len(seeds)):
         for j, call in timed("candidate", i):
             assert call.ms is not None
             kernel_raw[j].append(call.ms)
@@ -982,7 +983,7 @@ def _time_cases(
     ref_raw: list[list[float]] = [[] for _ in cases]
     bad: dict[int, str] = {}
     warm_up("reference")
-    for i in range(readings):
+    for i in range(len(seeds)):
         for j, call in timed("reference", i):
             assert call.ms is not None
             ref_raw[j].append(call.ms)
@@ -1005,4 +1006,4 @@ def _time_cases(
         raise HarnessError(Outcome.EXECUTION_FAILURE, str(exc)) from exc
     if not isinstance(base, GpuTimer):
         return None
-    return {**base.report(), "calls_per_reading": float(max(sizes)), "readings": float(readings)}
+    return {**base.report(), "calls_per_reading": float(max(sizes)), "readings": float(max(counts))}
