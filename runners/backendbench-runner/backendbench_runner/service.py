@@ -34,18 +34,30 @@ def kernel_service_speaks_backendbench() -> bool:
     return True
 
 
+#: Eval workers per GPU: a suite's correctness pass (host work, mostly) runs this many ops at a time,
+#: while a job that times anything still has the GPU alone (``kernel_service.gpu_lock``).
+WORKERS_PER_GPU = 4
+
+
 def make_service(
     sandbox: str = "auto", cpu_workers: int = 1, gpus: list[int] | None = None
 ) -> BenchmarkService:
     """The kernel service with every visible GPU (or ``cpu_workers`` CPU workers when there is none).
 
     No compile pool: BackendBench kernels are plain Python modules (Triton JIT-compiles on first call,
-    ``load_inline`` at import), so a separate compile step would only cost a worker process.
+    ``load_inline`` at import), so a separate compile step would only cost a worker process, and the eval
+    workers get every core.
     """
     from kernel_service.service import KernelService, KernelServiceConfig
 
     if kernel_service_speaks_backendbench():
-        config = KernelServiceConfig(gpus=gpus, cpu_workers=cpu_workers, sandbox=sandbox, compile_step=False)
+        config = KernelServiceConfig(
+            gpus=gpus,
+            cpu_workers=cpu_workers,
+            sandbox=sandbox,
+            compile_step=False,
+            workers_per_gpu=WORKERS_PER_GPU,
+        )
         return KernelService(config)
     # A kernel service from before the ``kind`` dispatch: its BackendBench-only sibling, same workers.
     from kernel_service.backendbench.service import BackendBenchService

@@ -53,7 +53,8 @@ class Side:
         self.fn: Any = None
         self.in_region: torch.Tensor | None = None
         self.out_region: torch.Tensor | None = None
-        self._keep: list[Any] = []  # mappings and the last outputs, alive until replaced
+        self._keep: list[Any] = []  # the last outputs, alive until the next call
+        self._mapped: dict[str, Any] = {}  # the judge's arenas mapped here, by "in" / "out"
         self.go: torch.cuda.Event | None = None
         self.done: torch.cuda.Event | None = None
 
@@ -128,22 +129,34 @@ class Side:
         return target
 
     def op_arena(self, msg: dict[str, Any]) -> dict[str, Any]:
-        nbytes = int(msg["nbytes"])
-        if msg.get("handle"):
+        nbytes, which = int(msg["nbytes"]), msg["which"]
+        old = self._mapped.pop(which, None)
+        if msg.get("kind") == "ipc":
             ptr, _ = cuda_ipc.open_handle(bytes.fromhex(msg["handle"]))
             region = cuda_ipc.byte_view(ptr, nbytes)
         else:
-            import mmap
-
             _, fds, _, _ = socket.recv_fds(self.sock, 1, 1)
-            mm = mmap.mmap(fds[0], nbytes)
-            os.close(fds[0])
-            self._keep.append(mm)
-            region = torch.frombuffer(mm, dtype=torch.uint8)
-        if msg["which"] == "in":
+            try:
+                if msg.get("kind") == "shared":
+                    mapped: Any = cuda_ipc.Imported(fds[0], nbytes, self.device.index or 0)
+                    region = cuda_ipc.byte_view(mapped.ptr, nbytes)
+                else:
+                    import mmap
+
+                    mapped = mmap.mmap(fds[0], nbytes)
+                    region = torch.frombuffer(mapped, dtype=torch.uint8)
+            finally:
+                os.close(fds[0])
+            self._mapped[which] = mapped
+        if which == "in":
             self.in_region = region
         else:
             self.out_region = region
+        if isinstance(old, cuda_ipc.Imported):  # the judge's old arena: its memory goes when both let go
+            self._sync()
+            old.close()
+        elif old is not None:  # a memfd mapping: views of it may still be alive
+            self._keep.append(old)
         return {"ok": True}
 
     def op_events(self, msg: dict[str, Any]) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Values across the judge/side boundary: the judge writes, the side computes, the judge reads.
 
 Inputs: the judge writes each call's tensors into that side's *arena* (memory the judge owns: a sealed
-memfd on the CPU, a ``cuMemAlloc`` block on a GPU) just before the call, keeping every tensor's strides,
+memfd on the CPU, a device allocation shared by file descriptor on a GPU) just before the call, keeping every tensor's strides,
 and sends the side :class:`Ref` descriptors (pickled: only the side unpickles). Each side has its own
 arena, so what one side does to its inputs never reaches the other.
 
@@ -66,10 +66,13 @@ def _aligned(n: int) -> int:
 
 
 class Arena:
-    """Judge-owned memory one side maps: a sealed memfd (CPU) or a ``cuMemAlloc`` block (GPU).
+    """Judge-owned memory one side maps: a sealed memfd (CPU) or a device allocation of its own (GPU:
+    ``cuda_ipc.Shared``, sent as a file descriptor; a ``cuMemAlloc`` block and its IPC handle where the
+    driver lacks the virtual memory API).
 
     Sealed against shrinking, a side cannot truncate the file under the judge's mapping (a SIGBUS in the
-    judge); a dedicated device allocation exposes nothing else of the judge's through its IPC handle.
+    judge); a dedicated device allocation exposes nothing else of the judge's, and a side's mapping of it
+    is the side's own (unmapping it leaves the judge's).
     """
 
     def __init__(self, nbytes: int, device: torch.device) -> None:
@@ -79,10 +82,20 @@ class Arena:
         self.handle: bytes | None = None
         self._mm: mmap.mmap | None = None
         self._ptr: int | None = None
+        self._shared: cuda_ipc.Shared | None = None
         if device.type == "cuda":
-            self._ptr = cuda_ipc.mem_alloc(self.nbytes)
-            self.bytes = cuda_ipc.byte_view(self._ptr, self.nbytes)
-            self.handle, _ = cuda_ipc.export(self._ptr)
+            try:  # shared by a file descriptor: a side reads it as fast as its own memory
+                self._shared = cuda_ipc.Shared(self.nbytes, device.index or 0)
+                self.nbytes = self._shared.size
+                self.fd = self._shared.export_fd()
+                self.bytes = cuda_ipc.byte_view(self._shared.ptr, self.nbytes)
+            except cuda_ipc.CudaDriverError:  # no virtual memory API: an IPC handle
+                if self._shared is not None:
+                    self._shared.close()
+                    self._shared = None
+                self._ptr = cuda_ipc.mem_alloc(self.nbytes)
+                self.bytes = cuda_ipc.byte_view(self._ptr, self.nbytes)
+                self.handle, _ = cuda_ipc.export(self._ptr)
         else:
             self.fd = os.memfd_create("ks-arena", os.MFD_ALLOW_SEALING | os.MFD_CLOEXEC)
             os.ftruncate(self.fd, self.nbytes)
@@ -91,6 +104,11 @@ class Arena:
             )
             self._mm = mmap.mmap(self.fd, self.nbytes)
             self.bytes = torch.frombuffer(self._mm, dtype=torch.uint8)
+
+    @property
+    def kind(self) -> str:
+        """How a side maps it: ``memfd`` (CPU), ``shared`` (a GPU allocation's descriptor) or ``ipc``."""
+        return "ipc" if self.handle is not None else "shared" if self._shared is not None else "memfd"
 
     def view(
         self, offset: int, dtype: torch.dtype, shape: tuple[int, ...], stride: tuple[int, ...]
@@ -102,6 +120,10 @@ class Arena:
         if self._ptr is not None:
             cuda_ipc.mem_free(self._ptr)
             self._ptr = None
+        if self._shared is not None:
+            torch.cuda.synchronize(self.device)  # unmapping memory a queued copy still uses faults the GPU
+            self._shared.close()
+            self._shared = None
         if self._mm is not None:
             self._mm.close()
             self._mm = None

@@ -34,9 +34,17 @@ def sub(a, b, alpha=1):
 
 
 def mul(a, b):
+    """``addcmul`` on a zero tensor: one product, rounded once (in float32 for half types, as ``mul``).
+    (A ``prod`` over the stacked pair compiled NVRTC kernels in every new process on the H100, 9.5 s of
+    a 30 s opinfo run: only the reference process may fill the kernel cache, and it never runs ``prod``
+    on those inputs.) Bool is ``logical_and``; complex operands keep the ``prod`` form."""
     dtype = torch.result_type(a, b)
     b = torch.as_tensor(b, dtype=dtype, device=a.device)
     x, y = torch.broadcast_tensors(a.to(dtype), b)
+    if dtype == torch.bool:
+        return torch.logical_and(x, y)
+    if not dtype.is_complex:
+        return torch.addcmul(torch.zeros_like(x), x, y)
     return torch.stack([x, y]).prod(dim=0)
 
 
