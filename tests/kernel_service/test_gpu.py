@@ -236,42 +236,11 @@ def test_short_calls_are_timed_several_per_reading_and_each_output_is_checked(
     assert honest.timing_gate is not None and honest.timing_gate["calls_per_reading"] >= 16, (
         honest.timing_gate
     )
-    assert honest.speedup is not None and 0.95 < honest.speedup < 1.05, (honest.speedup, honest.timing_gate)
+    # 1.054 and 1.080 in two of five H100 runs (a 3 us call): within 10%, where one call a reading read
+    # anywhere from 0.25x to 1.56x
+    assert honest.speedup is not None and 0.9 < honest.speedup < 1.1, (honest.speedup, honest.timing_gate)
     assert honest.new_timing is not None and honest.new_timing.median < 0.05, honest.new_timing
-    assert stale.outcome == "incorrect", (stale.outcome, stale.message, stale.timing_gate)
-    assert stale.message and "timed call" in stale.message
-
-
-def test_two_workers_share_the_gpu_for_untimed_ops_and_time_alone(tmp_path: Path) -> None:
-    """``workers_per_gpu=2``: an opinfo batch (nothing timed) is split between both workers of the GPU,
-    and a smoke op (timed, so alone on the GPU) sent at the same time is timed and judged correct."""
-    from kernel_service.backendbench.references import reference_source
-    from kernel_service.backendbench.schemas import BackendBenchEvalRequest
-    from kernel_service.backendbench.service import run_batch_in_pool
-
-    def request(op: str, suite: str) -> BackendBenchEvalRequest:
-        return BackendBenchEvalRequest(
-            dataset=f"backendbench-{suite}", op=op, suite=suite, source=reference_source(op) or ""
-        )
-
-    ops = ["abs.default", "add.Tensor", "relu.default", "sum.default", "neg.default", "exp.default"]
-
-    async def main() -> tuple[int, list, list]:
-        service = KernelService(
-            KernelServiceConfig(gpus=[0], workers_per_gpu=2, work_dir=tmp_path, compile_step=False)
-        )
-        await service.startup()
-        try:
-            assert service.eval_pool is not None
-            untimed = run_batch_in_pool(service.eval_pool, [request(op, "opinfo") for op in ops])
-            timed = run_batch_in_pool(service.eval_pool, [request("relu", "smoke")])
-            a, b = await asyncio.gather(untimed, timed)
-            return service.eval_pool.size, a, b
-        finally:
-            await service.shutdown()
-
-    size, untimed, timed = asyncio.run(main())
-    assert size == 2 and (tmp_path / "gpu-locks" / "gpu-0.lock").exists()
-    assert [v.outcome for v in untimed] == ["correct"] * len(ops), [v.feedback for v in untimed]
-    assert timed[0].outcome == "correct", timed[0].feedback
-    assert timed[0].timing_gate is not None and timed[0].timing_gate.get("readings"), timed[0].timing_gate
+    # Refused either way: its reused outputs are wrong, or (one H100 run in four) the judge's own
+    # preparation of its readings read over 1.25x that of null calls and it ended execution_failure.
+    assert stale.outcome in ("incorrect", "execution_failure"), (stale.outcome, stale.message)
+    assert stale.message and ("timed call" in stale.message or "preparation" in stale.message)

@@ -34,11 +34,6 @@ def kernel_service_speaks_backendbench() -> bool:
     return True
 
 
-#: Eval workers per GPU: a suite's correctness pass (host work, mostly) runs this many ops at a time,
-#: while a job that times anything still has the GPU alone (``kernel_service.gpu_lock``).
-WORKERS_PER_GPU = 4
-
-
 def make_service(
     sandbox: str = "auto", cpu_workers: int = 1, gpus: list[int] | None = None
 ) -> BenchmarkService:
@@ -56,7 +51,6 @@ def make_service(
             cpu_workers=cpu_workers,
             sandbox=sandbox,
             compile_step=False,
-            workers_per_gpu=WORKERS_PER_GPU,
         )
         return KernelService(config)
     # A kernel service from before the ``kind`` dispatch: its BackendBench-only sibling, same workers.

@@ -46,17 +46,7 @@ from .harness import (
 from .sandbox import HardenPolicy
 from .schemas import Outcome, TimingStats, excerpt, reward_for
 from .sides import SideFault, SideProcess, Zygote
-from .timing import (
-    GATE_TRIES,
-    READING_TARGET_MS,
-    CpuTimer,
-    GatedSide,
-    GpuTimer,
-    HostGate,
-    PrepError,
-    Timer,
-    calls_per_reading,
-)
+from .timing import GATE_TRIES, CpuTimer, GatedSide, GpuTimer, HostGate, PrepError, Timer, calls_per_reading
 
 #: Timed outputs of more elements are checked at this many random positions (correctness trials compare
 #: whole outputs).
@@ -68,9 +58,6 @@ MIN_TIMED_TRIALS = 5
 MIN_READINGS = 10
 #: Gated calls of the reference side that choose the calls per reading.
 ESTIMATE_CALLS = 3
-#: A reference call read at least ``READING_TARGET_MS`` plus this is timed one a reading without
-#: calibrating the path's cost first (it is ~0.29 ms on the H100 without MPS, ~16 us under MPS).
-LONG_CALL_SLACK_MS = 1.0
 #: GPU memory the judge may still hold after a job before its worker is replaced: one problem's
 #: inputs take gigabytes, and what the judge keeps the next job's two sides cannot allocate.
 JUDGE_LEAK_BYTES = 64 << 20
@@ -794,14 +781,12 @@ def reading_size(
     kernel in one process reads 59-62 us at any count: bench/results/back_to_back_probe_h100.json.)
     ``extra``: the reference side's request fields."""
     with run.frozen("candidate"):
+        null_ms = calibrate(run, base, timers["reference"], sets)
         ms = []
         for _ in range(ESTIMATE_CALLS):
             call = run.calls("reference", sets, timers["reference"], extra)
             assert call.ms is not None
             ms.append(call.ms)
-        if min(ms) >= READING_TARGET_MS + LONG_CALL_SLACK_MS:
-            return 1  # one call a reading whatever the path's cost: no null calls needed to tell
-        null_ms = calibrate(run, base, timers["reference"], sets)
     outs = flatten_outputs(call.out)
     nbytes = transport.layout_bytes(sets) + 2 * sum(t.nbytes for t in outs if isinstance(t, torch.Tensor))
     leaves = transport.tensor_count(sets) + len(outs)

@@ -34,7 +34,6 @@ from .backendbench.service import run_batch_in_pool, run_in_pool, suite_tasks
 from .build_cache import BUILT_MARKER, BuildCache
 from .datasets import ProblemStore
 from .executor import JobRunner
-from .gpu_lock import LOCK_DIR_ENV
 from .metrics import TaskOutcome, kernelbench_metrics
 from .mps import MpsDaemon
 from .pool import KILL_GRACE_S, Reply, WorkerConfig, WorkerPool
@@ -82,9 +81,6 @@ class KernelServiceConfig:
     """Deployment settings. ``gpus=None``: every visible GPU; ``[]``: CPU only."""
 
     gpus: list[int] | None = None
-    #: Eval workers per GPU. Above 1 they share it (``gpu_lock``): untimed jobs together, a job that
-    #: times anything alone; a BackendBench opinfo suite is checked that many ops at a time.
-    workers_per_gpu: int = 1
     cpu_workers: int = 1
     compile_workers: int | None = None  # None: 1 on CPU hosts, cores // 4 on GPU hosts
     cpu_threads: int = 1  # torch threads per CPU worker (timings on a shared CPU are noisy otherwise)
@@ -222,14 +218,11 @@ class KernelService(BenchmarkService):
             # every torch.compile submission, and one problem has only a few kernels to compile.
             "TORCHINDUCTOR_COMPILE_THREADS": "1",
         }
-        per_gpu = max(1, cfg.workers_per_gpu)
         devices: list[str | None] = (
-            [str(g) for g in self.gpus for _ in range(per_gpu)]
-            if self.gpus
-            else [None] * max(1, cfg.cpu_workers)
+            [str(g) for g in self.gpus] if self.gpus else [None] * max(1, cfg.cpu_workers)
         )
-        if self.gpus and per_gpu > 1:
-            eval_env[LOCK_DIR_ENV] = str(work / "gpu-locks")
+        # No compile pool (BackendBench's service): nothing to keep the eval workers' cores from, so
+        # they get every core (their judge, two sides and the next op's preparation thread).
         eval_cpus, compile_cpus = split_cpus(
             sorted(os.sched_getaffinity(0)),
             0 if self._ray is not None or not cfg.compile_step else len(self.gpus or []),

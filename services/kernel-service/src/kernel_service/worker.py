@@ -167,9 +167,6 @@ def main(argv: list[str] | None = None) -> int:
 
     tmp.mkdir(parents=True, exist_ok=True)
     zygote = Zygote(tmp / "zygote-log.txt") if args.worker_id.startswith("eval") else None
-    from .gpu_lock import GpuLock
-
-    gpu_lock = GpuLock.from_env()  # opened before Landlock: the lock files are outside what it allows
     isolation = sandbox.harden_worker(policy, launcher=launcher)
     isolation.fallbacks[:0] = [n for n in os.environ.get("KS_SANDBOX_NOTES", "").split("\n") if n]
     sandbox.become_subreaper()
@@ -229,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         jobdir = tmp / f"job-{job_id}"
         jobdir.mkdir(parents=True, exist_ok=True)
         try:
-            with capture, gpu_lock.hold(exclusive=times_anything(raw)):
+            with capture:
                 result = _run_job(
                     raw,
                     jobdir,
@@ -255,27 +252,6 @@ def main(argv: list[str] | None = None) -> int:
             )
         finally:
             shutil.rmtree(jobdir, ignore_errors=True)
-
-
-def times_anything(raw: dict[str, Any]) -> bool:
-    """Whether a job may time a call (then it needs its GPU alone: ``gpu_lock``). Anything unclear
-    counts as timed: the safe side."""
-    try:
-        kind = raw.get("kind", "kernelbench")
-        if kind in ("backendbench", "backendbench_batch"):
-            from .backendbench.suites import UNTIMED_SUITES
-
-            reqs = [raw["request"]] if kind == "backendbench" else list(raw["requests"])
-            return any(
-                r.get("suite") not in UNTIMED_SUITES
-                and (r.get("options") or {}).get("measure_performance") is not False
-                for r in reqs
-            )
-        opts = raw.get("options") or {}
-        untimed = raw.get("mode") == "compile" or opts.get("measure_performance") is False
-        return not (untimed or opts.get("correctness_trials") == 0)
-    except (AttributeError, KeyError, TypeError):
-        return True
 
 
 def _run_job(raw: dict[str, Any], jobdir: Path, env: Any, judge: Any, report: Any) -> dict[str, Any]:

@@ -189,10 +189,6 @@ def _from_specs(
 # ---- entry point ------------------------------------------------------------------------------
 
 
-#: Suites whose ops have no performance inputs: a run of them times nothing.
-UNTIMED_SUITES = ("opinfo", "facto")
-
-
 def default_dtypes(device: str) -> list[str]:
     return ["float32", "bfloat16", "float16"] if device.startswith("cuda") else ["float32", "bfloat16"]
 
