@@ -46,12 +46,7 @@ def make_service(
     from kernel_service.service import KernelService, KernelServiceConfig
 
     if kernel_service_speaks_backendbench():
-        config = KernelServiceConfig(
-            gpus=gpus,
-            cpu_workers=cpu_workers,
-            sandbox=sandbox,
-            compile_step=False,
-        )
+        config = KernelServiceConfig(gpus=gpus, cpu_workers=cpu_workers, sandbox=sandbox, compile_step=False)
         return KernelService(config)
     # A kernel service from before the ``kind`` dispatch: its BackendBench-only sibling, same workers.
     from kernel_service.backendbench.service import BackendBenchService

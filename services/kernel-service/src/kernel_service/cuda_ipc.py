@@ -1,8 +1,9 @@
 """CUDA memory shared between the judge and a side process, through the driver API.
 
-The judge allocates each side's input arena with ``cuMemAlloc`` (not PyTorch's caching allocator, whose
-segments hold other tensors: an IPC handle maps a whole allocation, so a shared caching-allocator segment
-would hand the candidate the judge's other memory). A side exports the allocation holding an output
+The judge allocates each side's input arena as an allocation of its own (:class:`Shared`, sent by file
+descriptor; ``cuMemAlloc`` and an IPC handle where the driver lacks the virtual memory API), never from
+PyTorch's caching allocator, whose segments hold other tensors: a shared segment would hand the candidate
+the judge's other memory. A side exports the allocation holding an output
 tensor; the judge opens it, asks the driver how large the mapped allocation is, and refuses any view
 that does not fit. Nothing here trusts a number the other process sent.
 """
@@ -123,10 +124,11 @@ class Shared:
     """Device memory made with the virtual memory API (``cuMemCreate``) and shared by a file descriptor.
 
     Why not ``cuMemAlloc`` and an IPC handle: on the H100 a kernel in another process read a legacy IPC
-    mapping 28% slower than its own memory once a call's inputs spanned 640 MB (76 against 59 us a call
-    for a 64 MB broadcast multiply, ten calls back to back; bench/results/side_probe_h100.json), the same
-    at one or two calls. A mapping made here is the same physical pages at the allocation's own
-    granularity in every process. The importer's mapping is its own: it can unmap it, not the owner's.
+    mapping 28-44% slower than its own memory once a reading's inputs spanned 640 MB (76-85 against 59 us
+    a call for a 64 MB broadcast multiply, ten calls back to back; bench/results/side_probe_h100.json),
+    and as fast at one or two calls. A descriptor-shared allocation read 59 us at every count: the same
+    physical pages, mapped at the allocation's own granularity in every process. The importer's mapping
+    is its own: it can unmap it, not the owner's.
     """
 
     def __init__(self, nbytes: int, device: int) -> None:

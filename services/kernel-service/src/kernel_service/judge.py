@@ -89,6 +89,9 @@ class Judge:
         #: forks, so the worker should be replaced after this job.
         self.recycle: str | None = None
         self._gpu_timer: GpuTimer | None = None
+        #: What a benchmark keeps between this judge's jobs, by name (BackendBench's prepared inputs);
+        #: a value's ``device_nbytes`` is GPU memory of the judge's own, not a job's leak.
+        self.memo: dict[str, Any] = {}
 
     @property
     def zygote(self) -> Zygote:
@@ -113,8 +116,9 @@ class Judge:
         return frozenset({gate.watchdog.ident or 0}) if isinstance(gate, HostGate) else frozenset()
 
     def resident_bytes(self) -> int:
-        """GPU memory the judge keeps between jobs (the timer's L2-flush buffer)."""
-        return self._gpu_timer.flush.nbytes if self._gpu_timer is not None else 0
+        """GPU memory the judge keeps between jobs (the timer's L2-flush buffer, what ``memo`` holds)."""
+        kept = sum(int(getattr(v, "device_nbytes", 0)) for v in self.memo.values())
+        return kept + (self._gpu_timer.flush.nbytes if self._gpu_timer is not None else 0)
 
     def gpu_timer(self, device: torch.device) -> GpuTimer:
         if self._gpu_timer is None:

@@ -1,9 +1,9 @@
 """Values across the judge/side boundary: the judge writes, the side computes, the judge reads.
 
 Inputs: the judge writes each call's tensors into that side's *arena* (memory the judge owns: a sealed
-memfd on the CPU, a device allocation shared by file descriptor on a GPU) just before the call, keeping every tensor's strides,
-and sends the side :class:`Ref` descriptors (pickled: only the side unpickles). Each side has its own
-arena, so what one side does to its inputs never reaches the other.
+memfd on the CPU, a device allocation shared by file descriptor on a GPU) just before the call, keeping
+every tensor's strides, and sends the side :class:`Ref` descriptors (pickled: only the side unpickles).
+Each side has its own arena, so what one side does to its inputs never reaches the other.
 
 Outputs come back as JSON (the judge never unpickles what a side sends). A tensor is named by where it
 lives: ``in`` (a view of the side's own input arena, e.g. an in-place result), ``out`` (CPU: the side

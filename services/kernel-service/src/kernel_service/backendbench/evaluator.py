@@ -35,6 +35,7 @@ from ..judge import Call, Judge, Run, calibrate, foreign, net, reading_count, re
 from ..schemas import Outcome
 from ..timing import CpuTimer, GpuTimer, PrepError, Timer
 from ..transport import extent, layout_bytes
+from .case_cache import CaseCache, key_of
 from .compare import compare, tolerance
 from .detect import forbidden_packets, packet_name, tampering
 from .schemas import BackendBenchEvalRequest, BackendBenchEvalResponse, InputResult
@@ -458,13 +459,23 @@ class Prepared:
     prep_s: float = 0.0
 
 
-def prepare_in_batch(req: BackendBenchEvalRequest) -> Prepared | BackendBenchEvalResponse:
+def case_cache(judge: Judge) -> CaseCache:
+    """The judge's prepared inputs, kept between its jobs (``case_cache``)."""
+    cache = judge.memo.get("backendbench_cases")
+    if not isinstance(cache, CaseCache):
+        cache = judge.memo["backendbench_cases"] = CaseCache()
+    return cache
+
+
+def prepare_in_batch(
+    req: BackendBenchEvalRequest, cache: CaseCache | None = None
+) -> Prepared | BackendBenchEvalResponse:
     """:func:`prepare` for one op of a batch: an unexpected failure to make its inputs is that op's own
     verdict (``sandbox_error``, naming the error), not the end of the job (which would send every op of
     it to be judged again alone). A CUDA error is the judge's own context failing: that ends the job."""
     started = time.perf_counter()
     try:
-        return prepare(req)
+        return prepare(req, cache)
     except Exception as exc:  # noqa: BLE001 - any failure of the judge's own input building
         if "CUDA" in str(exc) or "cuda" in type(exc).__module__:
             raise
@@ -477,10 +488,12 @@ def _done(resp: BackendBenchEvalResponse, started: float) -> BackendBenchEvalRes
     return resp
 
 
-def prepare(req: BackendBenchEvalRequest) -> Prepared | BackendBenchEvalResponse:
+def prepare(
+    req: BackendBenchEvalRequest, cache: CaseCache | None = None
+) -> Prepared | BackendBenchEvalResponse:
     """Device, inputs and forbidden ops for ``req``, or the verdict when there is nothing to judge (no
     inputs, a tampering source, no GPU). The seed is set here, so an op's inputs are the same whether it
-    is judged alone or in a batch."""
+    is judged alone or in a batch, and the same when they come from ``cache``."""
     started = time.perf_counter()
     opts = req.options
     try:
@@ -497,9 +510,11 @@ def prepare(req: BackendBenchEvalRequest) -> Prepared | BackendBenchEvalResponse
         "torch_version": torch.__version__,
         "tolerances": {d: list(tolerance(dtype_of(d), opts.atol, opts.rtol)) for d in dtypes},
     }
+    key = key_of(req, device, dtypes)
+    kept = cache.get(key) if cache is not None else None
     with _quiet():
         try:
-            correctness, perf = build_cases(
+            correctness, perf = (kept.correctness, kept.perf) if kept else build_cases(
                 req.op, req.suite, device=device, dtypes=dtypes, seed=opts.seed,
                 max_inputs=opts.max_inputs, trace_file=opts.trace_file, trace=opts.trace,
             )  # fmt: skip
@@ -519,7 +534,12 @@ def prepare(req: BackendBenchEvalRequest) -> Prepared | BackendBenchEvalResponse
                 **base, outcome="calls_original_op", correctness=0.0, feedback=msg
             )
             return _done(resp, started)
-        forbidden = forbidden_packets(req.op, correctness + perf) if opts.detect_original_op else set()
+        if kept:
+            forbidden = set(kept.forbidden)
+        else:
+            forbidden = forbidden_packets(req.op, correctness + perf) if opts.detect_original_op else set()
+            if cache is not None:
+                cache.put(key, correctness, perf, forbidden)
     return Prepared(req, device, base, correctness, perf, forbidden, started, time.perf_counter() - started)
 
 
@@ -613,13 +633,18 @@ class Ahead:
     (the judge mostly waits on them then); never while an op is timed, so the judge's own work stays out
     of the timings and their random draws out of the next op's seeded inputs."""
 
-    def __init__(self, pool: ThreadPoolExecutor | None, request: BackendBenchEvalRequest | None) -> None:
-        self.pool, self.request = pool, request
+    def __init__(
+        self,
+        pool: ThreadPoolExecutor | None,
+        request: BackendBenchEvalRequest | None,
+        cache: CaseCache | None = None,
+    ) -> None:
+        self.pool, self.request, self.cache = pool, request, cache
         self.future: Future[Prepared | BackendBenchEvalResponse] | None = None
 
     def start(self) -> None:
         if self.future is None and self.pool is not None and self.request is not None:
-            self.future = self.pool.submit(prepare_in_batch, self.request)
+            self.future = self.pool.submit(prepare_in_batch, self.request, self.cache)
 
     def wait(self) -> None:
         if self.future is not None:
@@ -696,7 +721,7 @@ def _attempt(sides: Sides, prep: Prepared, shared: bool, ahead: Ahead) -> Backen
 def evaluate_request(req: BackendBenchEvalRequest, judge: Judge | None = None) -> BackendBenchEvalResponse:
     """The verdict for one kernel on one op of one suite (``judge``: as for :func:`evaluate`)."""
     judge = judge or default_judge()
-    prep = prepare(req)
+    prep = prepare(req, case_cache(judge))
     if isinstance(prep, BackendBenchEvalResponse):
         return prep
     with _quiet(), tempfile.TemporaryDirectory(prefix="backendbench-", dir=judge.tmp) as tmp:
@@ -717,6 +742,7 @@ def evaluate_batch(requests: list[dict[str, Any]], judge: Judge | None = None) -
     request is malformed.
     """
     judge = judge or default_judge()
+    cache = case_cache(judge)
     reqs = [BackendBenchEvalRequest.model_validate(r) for r in requests]
     verdicts: list[BackendBenchEvalResponse | None] = [None] * len(reqs)
     groups: dict[str, list[int]] = {}
@@ -733,9 +759,9 @@ def evaluate_batch(requests: list[dict[str, Any]], judge: Judge | None = None) -
             try:
                 with ThreadPoolExecutor(1, thread_name_prefix="backendbench-prepare") as pool:
                     for pos, i in enumerate(indices):
-                        prep = pending.result() if pending is not None else prepare_in_batch(reqs[i])
+                        prep = pending.result() if pending is not None else prepare_in_batch(reqs[i], cache)
                         nxt = reqs[indices[pos + 1]] if pos + 1 < len(indices) else None
-                        ahead = Ahead(pool, nxt)
+                        ahead = Ahead(pool, nxt, cache)
                         if isinstance(prep, BackendBenchEvalResponse):
                             verdicts[i], pending = prep, None
                             continue

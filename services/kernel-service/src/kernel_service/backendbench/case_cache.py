@@ -1,0 +1,104 @@
+"""An op's prepared inputs, kept by an eval worker's judge between jobs.
+
+Building a BackendBench op's inputs is the judge's largest own cost in a suite: OpInfo's samples, their
+float64 conditioning and uniqueness checks and the dispatch tracing that tells which overload each one
+calls took ~31 ms an op on the H100, about a third of an opinfo op's time, on a thread that shares the
+GIL with the judge. The same op judged again (another model's kernels, an RL loop's next attempt, a
+suite run twice) gets the same inputs, so they are built once per worker. They stay the judge's: each
+side only ever gets its own copy, written into its arena, so no kernel can change what the next one sees.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .schemas import BackendBenchEvalRequest
+from .suites import Case
+
+#: Tensor bytes kept at most (least recently used ops go first).
+MAX_BYTES = 256 << 20
+
+
+@dataclass(frozen=True)
+class Entry:
+    correctness: list[Case]
+    perf: list[Case]
+    forbidden: set[str]
+    nbytes: int
+    device_nbytes: int
+
+
+def key_of(req: BackendBenchEvalRequest, device: str, dtypes: list[str]) -> tuple[Any, ...]:
+    """What an op's inputs depend on (the torch version is the worker's own, fixed)."""
+    opts = req.options
+    trace = None
+    if opts.trace is not None:
+        trace = hashlib.sha256(json.dumps(opts.trace, sort_keys=True, default=str).encode()).hexdigest()
+    return (
+        req.op, req.suite, device, tuple(dtypes), opts.seed, opts.max_inputs, opts.trace_file, trace,
+        opts.detect_original_op,
+    )  # fmt: skip
+
+
+def _tensor_bytes(cases: list[Case]) -> tuple[int, int]:
+    """(all, on a GPU) bytes of the tensors in ``cases``, each storage counted once."""
+    seen: dict[int, tuple[int, bool]] = {}
+
+    def visit(v: Any) -> None:
+        if isinstance(v, torch.Tensor):
+            storage = v.untyped_storage()
+            seen[storage.data_ptr()] = (storage.nbytes(), v.device.type == "cuda")
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                visit(x)
+        elif isinstance(v, dict):
+            for x in v.values():
+                visit(x)
+
+    for case in cases:
+        visit((case.args, case.kwargs))
+    return sum(n for n, _ in seen.values()), sum(n for n, gpu in seen.values() if gpu)
+
+
+class CaseCache:
+    """Least-recently-used prepared inputs, by :func:`key_of`; safe to use from the judge's prepare thread."""
+
+    def __init__(self, max_bytes: int = MAX_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[tuple[Any, ...], Entry] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[Any, ...]) -> Entry | None:
+        with self._lock:
+            entry = self._items.get(key)
+            if entry is not None:
+                self._items.move_to_end(key)
+            return entry
+
+    def put(
+        self, key: tuple[Any, ...], correctness: list[Case], perf: list[Case], forbidden: set[str]
+    ) -> None:
+        nbytes, device_nbytes = _tensor_bytes(correctness + perf)
+        if nbytes > self.max_bytes:
+            return
+        with self._lock:
+            self._items[key] = Entry(correctness, perf, set(forbidden), nbytes, device_nbytes)
+            self._items.move_to_end(key)
+            while sum(e.nbytes for e in self._items.values()) > self.max_bytes:
+                self._items.popitem(last=False)
+
+    @property
+    def device_nbytes(self) -> int:
+        """GPU memory the kept inputs take (the judge's own, not a leak of a job's)."""
+        with self._lock:
+            return sum(e.device_nbytes for e in self._items.values())
+
+    def __len__(self) -> int:
+        return len(self._items)

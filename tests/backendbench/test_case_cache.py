@@ -1,0 +1,78 @@
+"""A judge builds an op's inputs once and keeps them between jobs (``case_cache``): the same op judged
+again gets the very same inputs, and no kernel can change what the next kernel is judged on."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import torch
+from kernel_service.backendbench.case_cache import CaseCache, key_of
+from kernel_service.backendbench.evaluator import Prepared, case_cache, evaluate_batch, prepare
+from kernel_service.backendbench.references import reference_source
+from kernel_service.backendbench.schemas import BackendBenchEvalRequest
+from kernel_service.harness import probe_environment
+from kernel_service.judge import Judge
+from kernel_service.sandbox import HardenPolicy
+
+#: Writes its input, then answers with relu of the zeroed tensor: wrong, and the input is changed.
+ZEROES_ITS_INPUT = """import torch
+def relu__default_kernel_impl(x):
+    x.zero_()
+    return torch.clamp(x, min=0)
+"""
+
+
+def request(op: str, **options: object) -> BackendBenchEvalRequest:
+    body = {"dataset": "backendbench-opinfo", "op": op, "suite": "opinfo", "source": reference_source(op)}
+    return BackendBenchEvalRequest.model_validate({**body, "options": options})
+
+
+def own_judge(tmp: Path) -> Judge:
+    return Judge(probe_environment(), HardenPolicy(writable=[tmp], landlock=False), tmp)
+
+
+def test_an_op_judged_again_gets_the_same_inputs_built_once() -> None:
+    cache = CaseCache()
+    first, second = prepare(request("abs.default"), cache), prepare(request("abs.default"), cache)
+    assert isinstance(first, Prepared) and isinstance(second, Prepared)
+    assert second.correctness is first.correctness and len(cache) == 1
+    other = prepare(request("abs.default", seed=7), cache)
+    assert isinstance(other, Prepared) and other.correctness is not first.correctness  # another seed
+    assert len(cache) == 2
+
+
+def test_a_kernel_that_writes_its_inputs_changes_nothing_for_the_next_kernel() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        judge = own_judge(Path(tmp))
+        body = {"dataset": "backendbench-opinfo", "op": "relu.default", "suite": "opinfo"}
+        honest = {**body, "source": reference_source("relu.default")}
+        bad, again = evaluate_batch([{**body, "source": ZEROES_ITS_INPUT}, honest], judge)["verdicts"]
+        cache = case_cache(judge)
+        assert len(cache) == 1  # one op, built once for both kernels
+        kept = prepare(request("relu.default"), cache)
+    fresh = prepare(request("relu.default"))
+    assert bad["outcome"] == "incorrect"
+    assert again["outcome"] == "correct", again["feedback"]
+    assert isinstance(kept, Prepared) and isinstance(fresh, Prepared)
+    assert len(kept.correctness) == len(fresh.correctness) == again["n_correctness_inputs"]
+    for k, f in zip(kept.correctness, fresh.correctness, strict=True):  # the judge's copy is untouched
+        assert torch.equal(k.args[0], f.args[0]) and k.args[0].abs().sum() > 0
+
+
+def test_the_cache_keeps_the_most_recent_ops_within_its_bytes() -> None:
+    kept = prepare(request("abs.default"))
+    assert isinstance(kept, Prepared)
+    req = request("abs.default")
+    cache = CaseCache(max_bytes=1)  # nothing fits
+    cache.put(key_of(req, kept.device, ["float32"]), kept.correctness, kept.perf, kept.forbidden)
+    assert len(cache) == 0
+    cache = CaseCache()
+    for seed in range(3):
+        cache.put(("op", seed), kept.correctness, kept.perf, set())
+    assert cache.get(("op", 0)) is not None
+    size = cache.get(("op", 0)).nbytes  # type: ignore[union-attr]
+    small = CaseCache(max_bytes=2 * size)
+    for seed in range(3):
+        small.put(("op", seed), kept.correctness, kept.perf, set())
+    assert len(small) == 2 and small.get(("op", 0)) is None and small.get(("op", 2)) is not None
