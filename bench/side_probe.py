@@ -164,7 +164,7 @@ def part_b(calls: int, jobs: int) -> list[dict[str, Any]]:
     rows = []
     for i, srv in enumerate(served):
         name = list(variants)[i % len(variants)]
-        probe = [ln for ln in (srv.get("solution_output") or "").splitlines() if ln.startswith("PROBE")]
+        probe = [ln for ln in (srv.get("output") or "").splitlines() if ln.startswith("PROBE")]
         row = {
             "variant": name,
             "outcome": srv.get("outcome"),
