@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The GPU checks a change to judging or timing owes, in one device call, most important first, each
+# under its own time limit so that one slow step cannot starve the rest; everything lands in $OUT.
+#
+#   bash bench/gpu_checks.sh [STEP ...]     steps: tests adversarial fidelity backendbench level1
+#
+# On the lent H100: carry the wheels (.whl: ../shared/device/wheels.sh, plus expecttest for OpInfo) and
+# the KernelBench problems (.gpudata/problems.jsonl, for level1). One device call runs at most 10 minutes:
+# `tests adversarial fidelity backendbench` fit one (560 s at most), `level1` another (330 s).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/gpu-checks}
+mkdir -p "$OUT"
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
+fi
+export PYTHONPATH=$PWD/src:$PWD/services/kernel-service/src:$PWD/runners/backendbench-runner:$PWD/runners/kernelbench-runner:${PYTHONPATH:-}
+export PYTHONUNBUFFERED=1
+INDEX=bench/results/opinfo_index_h100_torch2.11.json  # skips a ~44 s rebuild when the torch matches
+steps=("$@")
+[ ${#steps[@]} -eq 0 ] && steps=(tests adversarial fidelity backendbench level1)
+
+step() {  # name, seconds, command...
+  local name=$1 limit=$2
+  shift 2
+  echo "== $name ($(date +%T), at most ${limit}s)"
+  timeout "$limit" "$@" >"$OUT/$name.txt" 2>&1
+  echo "   exit $? ($(date +%T))"
+  tail -n 12 "$OUT/$name.txt" | cut -c1-300
+}
+
+for s in "${steps[@]}"; do
+  case $s in
+    tests) step tests 180 python3 -m pytest -m gpu tests/kernel_service/test_gpu.py -q -p no:cacheprovider ;;
+    adversarial) step adversarial 75 python3 bench/adversarial/run_gpu.py --out "$OUT/adversarial.json" ;;
+    fidelity) step fidelity 75 python3 bench/timing_fidelity.py --calls 100 --mps off --jobs 2 --out "$OUT/fidelity.json" ;;
+    backendbench)
+      python3 -c "import torch, json, sys; sys.exit(json.load(open('$INDEX')).get('torch') != torch.__version__)" \
+        && cp "$INDEX" services/kernel-service/src/kernel_service/backendbench/data/opinfo_ops.json
+      step backendbench 230 python3 bench/backendbench_suite_speed.py --index auto --runs 2 --out "$OUT/backendbench.json" ;;
+    level1) step level1 330 python3 bench/kernelbench_gpu.py --model reference --dataset-file .gpudata/problems.jsonl \
+      --level 1 --output-dir /tmp/kb --run-id l1 --budget-s 290 --out "$OUT/level1.json" ;;
+    *) echo "unknown step $s (tests adversarial fidelity backendbench level1)"; exit 2 ;;
+  esac
+done
