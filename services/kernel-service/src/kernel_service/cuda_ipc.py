@@ -120,7 +120,25 @@ def granularity(device: int) -> int:
     return int(size.value)
 
 
-class Shared:
+class _Mapping:
+    """A physical allocation (``handle``, released with the mapping) mapped read-write at ``ptr`` here."""
+
+    def __init__(self, handle: ctypes.c_uint64, size: int, device: int) -> None:
+        self.handle, self.size = handle, size
+        try:
+            self.ptr = _map(handle, size, device)
+        except CudaDriverError:
+            _driver().cuMemRelease(handle)
+            raise
+
+    def close(self) -> None:
+        if self.ptr:
+            _unmap(self.ptr, self.size)
+            _driver().cuMemRelease(self.handle)
+            self.ptr = 0
+
+
+class Shared(_Mapping):
     """Device memory made with the virtual memory API (``cuMemCreate``) and shared by a file descriptor.
 
     Why not ``cuMemAlloc`` and an IPC handle: on the H100 a kernel in another process read a legacy IPC
@@ -133,24 +151,15 @@ class Shared:
 
     def __init__(self, nbytes: int, device: int) -> None:
         unit = granularity(device)
-        self.size = max(unit, -(-nbytes // unit) * unit)
-        self.device = device
-        self.handle = ctypes.c_uint64()
-        lib = _driver()
+        size = max(unit, -(-nbytes // unit) * unit)
+        handle = ctypes.c_uint64()
         _check(
-            lib.cuMemCreate(
-                ctypes.byref(self.handle),
-                ctypes.c_size_t(self.size),
-                ctypes.byref(_prop(device)),
-                ctypes.c_uint64(0),
+            _driver().cuMemCreate(
+                ctypes.byref(handle), ctypes.c_size_t(size), ctypes.byref(_prop(device)), ctypes.c_uint64(0)
             ),
             "cuMemCreate",
         )
-        try:
-            self.ptr = _map(self.handle, self.size, device)
-        except CudaDriverError:
-            lib.cuMemRelease(self.handle)
-            raise
+        super().__init__(handle, size, device)
 
     def export_fd(self) -> int:
         """A new file descriptor for this allocation (the caller sends and closes it)."""
@@ -165,12 +174,6 @@ class Shared:
             "cuMemExportToShareableHandle",
         )
         return int(fd.value)
-
-    def close(self) -> None:
-        if self.ptr:
-            _unmap(self.ptr, self.size)
-            _driver().cuMemRelease(self.handle)
-            self.ptr = 0
 
 
 def _map(handle: ctypes.c_uint64, size: int, device: int) -> int:
@@ -210,32 +213,20 @@ def _unmap(ptr: int, size: int) -> None:
     lib.cuMemAddressFree(ctypes.c_uint64(ptr), ctypes.c_size_t(size))
 
 
-class Imported:
+class Imported(_Mapping):
     """Another process's :class:`Shared` allocation, mapped here from the descriptor it sent."""
 
     def __init__(self, fd: int, size: int, device: int) -> None:
-        self.size = size
-        self.handle = ctypes.c_uint64()
-        lib = _driver()
+        handle = ctypes.c_uint64()
         _check(
-            lib.cuMemImportFromShareableHandle(
-                ctypes.byref(self.handle),
+            _driver().cuMemImportFromShareableHandle(
+                ctypes.byref(handle),
                 ctypes.c_void_p(fd),
                 ctypes.c_int(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
             ),
             "cuMemImportFromShareableHandle",
         )
-        try:
-            self.ptr = _map(self.handle, size, device)
-        except CudaDriverError:
-            lib.cuMemRelease(self.handle)
-            raise
-
-    def close(self) -> None:
-        if self.ptr:
-            _unmap(self.ptr, self.size)
-            _driver().cuMemRelease(self.handle)
-            self.ptr = 0
+        super().__init__(handle, size, device)
 
 
 def address_range(ptr: int) -> tuple[int, int]:
