@@ -780,9 +780,7 @@ def reading_size(
 ) -> int:
     """Calls per timed reading, the same for both sides, from a few gated calls of the trusted reference
     side (the candidate stopped meanwhile) less a first estimate of the path's cost: nothing the
-    submission does changes it. (Sized from the faster side instead, a 60 us kernel against a 1.4 ms
-    reference got 10 calls a reading and read 85 us on the H100, 40% over an event timer, while the same
-    kernel in one process reads 59-62 us at any count: bench/results/back_to_back_probe_h100.json.)
+    submission does changes it (sized from the faster side, the count would be the candidate's to choose).
     ``extra``: the reference side's request fields."""
     with run.frozen("candidate"):
         null_ms = calibrate(run, base, timers["reference"], sets)

@@ -71,9 +71,9 @@ READING_TARGET_MS = 2.0
 MAX_CALLS_PER_READING = 256
 #: One reading's inputs, outputs and the judge's copies of them stay under this many bytes. On the H100
 #: (BENCHMARKS.md, "Several calls a reading") 2 GiB read every fidelity kernel within bounds; 512 MiB left
-#: the 95 us chain at one call a reading (the hop's noise again). Open: a broadcast multiply of 64 MB
-#: (KernelBench L1_12) at 10 calls a reading read 77-86 us a call through the service, 60 us in one
-#: process at any count, and +9% against itself.
+#: the 95 us chain at one call a reading (the hop's noise again). (A broadcast multiply of 64 MB read
+#: 77-86 us a call at 10 calls a reading, 60 us in one process, while arenas were legacy IPC mappings:
+#: ``cuda_ipc.Shared``.)
 READING_BYTES = 2 << 30
 
 Ask = Callable[[], dict[str, Any]]
