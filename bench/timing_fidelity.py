@@ -284,6 +284,7 @@ def main() -> int:
             f"{r['service_ref_ms'] or 0:9.4f}/{r['service_new_ms'] or 0:<9.4f} {r['independent_speedup']:8.2f} "
             f"{r['service_speedup'] or 0:8.2f} {r['ref_within']}/{r['new_within']} {r['outcome']} "
             f"x{r['speedup_ratio']:.3f} calls/reading {(r['timing_gate'] or {}).get('calls_per_reading')}"
+            f"/{(r['timing_gate'] or {}).get('candidate_calls_per_reading')}"
         )
     print("side-stream cheat:", report["side_stream_cheat"])
     print(f"wall {report['wall_s']:.1f} s")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from kernel_service import timing
+from kernel_service import timing, transport
 from kernel_service.harness import HarnessError, probe_environment
 from kernel_service.judge import Judge, Run, unwrap
 from kernel_service.sandbox import HardenPolicy
@@ -103,3 +103,32 @@ def test_a_reading_answered_with_too_few_outputs_is_refused(run: Run) -> None:
         run.calls("candidate", values, CpuTimer())
     assert refused.value.outcome == Outcome.EXECUTION_FAILURE
     assert "a reading of 3 calls was answered with 1 outputs" in refused.value.message
+
+
+def test_a_reading_drawn_into_the_arena_gives_the_outputs_of_the_values_drawn(run: Run) -> None:
+    load(run, "double")
+
+    def draw() -> list[tuple[list[torch.Tensor], dict[str, float]]]:
+        torch.manual_seed(11)
+        return [([torch.rand(64, 8)], {"shift": float(k)}) for k in range(5)]
+
+    expected = draw()
+    nbytes = sum(transport.layout_bytes(s) for s in expected)
+    call = run.drawn("candidate", draw, 5, nbytes, CpuTimer())
+    assert isinstance(call.out, list) and len(call.out) == 5
+    for (args, kwargs), out in zip(expected, call.out, strict=True):
+        torch.testing.assert_close(out, args[0] * 2 + kwargs["shift"])
+    inputs = call.inputs_after()  # the side read them where they were drawn
+    torch.testing.assert_close(inputs[4][0][0], expected[4][0][0])
+
+
+def test_a_far_faster_candidate_gets_more_calls_a_reading_within_its_caps() -> None:
+    from kernel_service.judge import MIN_READINGS, candidate_reading_size
+
+    assert candidate_reading_size(2, 1.4, 256, 100) == 2  # as fast as the reference: its count
+    assert candidate_reading_size(2, 5.0, 256, 100) == 2  # slower: never fewer calls
+    assert candidate_reading_size(2, 0.06, 256, 100) == 2 * 100 // MIN_READINGS  # replays bounded
+    assert candidate_reading_size(2, 0.5, 256, 100) == 4  # the reading target
+    assert candidate_reading_size(2, 0.06, 3, 100) == 3  # bytes / values
+    assert candidate_reading_size(5, 0.0, 256, 100) == 20  # too short to tell
+    assert candidate_reading_size(40, 0.001, 256, 100) == 40

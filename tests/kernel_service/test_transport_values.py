@@ -76,3 +76,63 @@ def test_crossing_frees_every_tensor_without_the_cyclic_collector() -> None:
         gc.enable()
         inputs.close()
         outputs.close()
+
+
+def _draw_problem(seed: int) -> list[object]:
+    """A get_inputs of the usual kinds: factories in return order, one made by arithmetic, one returned
+    out of the order it was made in, a scalar."""
+    torch.manual_seed(seed)
+    x = torch.rand(16, 8)
+    y = torch.randn((4,), dtype=torch.float64)
+    idx = torch.randint(0, 10, (5,))
+    scaled = torch.rand(3) * 2 - 1  # made by arithmetic: copied in
+    return [x, y, idx, scaled, 1.5]
+
+
+def test_inputs_drawn_into_the_arena_equal_those_made_elsewhere_and_only_the_rest_is_copied() -> None:
+    made = _draw_problem(7)
+    arena = transport.Arena(transport.layout_bytes(made) * 2, torch.device("cpu"))
+    try:
+        with transport.DrawInto(arena) as drawing:
+            drawn = _draw_problem(7)
+        assert drawing.cursor > 0
+        lo = arena.bytes.data_ptr()
+        assert [t.data_ptr() - lo for t in drawn[:3]] == [0, 512, 768]  # where pack puts them
+        packed, write = transport.pack(drawn, arena)
+        assert [r.offset for r in packed[:3]] == [0, 512, 768]
+        write()
+        args = transport.unpack(packed, arena.bytes)
+        for got, want in zip(args[:4], made[:4], strict=True):
+            assert torch.equal(got, want) and got.dtype == want.dtype
+        assert args[4] == 1.5
+    finally:
+        arena.close()
+
+
+def test_drawn_inputs_returned_out_of_order_are_moved_without_overwriting_each_other() -> None:
+    arena = transport.Arena(4096, torch.device("cpu"))
+    try:
+        with transport.DrawInto(arena):
+            torch.manual_seed(3)
+            a, b = torch.rand(100), torch.rand(60)  # a at byte 0, b at 512
+        want = [b.clone(), a.clone()]
+        packed, write = transport.pack([b, a], arena)  # b belongs at 0 (over a), a at 256
+        write()
+        for got, expected in zip(transport.unpack(packed, arena.bytes), want, strict=True):
+            assert torch.equal(got, expected)
+    finally:
+        arena.close()
+
+
+def test_factories_drawing_cannot_place_are_made_as_usual() -> None:
+    arena = transport.Arena(256, torch.device("cpu"))
+    try:
+        with transport.DrawInto(arena) as drawing:
+            big = torch.rand(1000)  # does not fit
+            grad = torch.zeros(3, requires_grad=True)
+            other = torch.rand(2, dtype=torch.float32, device="meta")
+            full = torch.full((2,), 3.0)
+        assert drawing.cursor == 0 and big.numel() == 1000 and grad.requires_grad
+        assert other.device.type == "meta" and torch.equal(full, torch.tensor([3.0, 3.0]))
+    finally:
+        arena.close()

@@ -46,7 +46,17 @@ from .harness import (
 from .sandbox import HardenPolicy
 from .schemas import Outcome, TimingStats, excerpt, reward_for
 from .sides import SideFault, SideProcess, Zygote
-from .timing import GATE_TRIES, CpuTimer, GatedSide, GpuTimer, HostGate, PrepError, Timer, calls_per_reading
+from .timing import (
+    GATE_TRIES,
+    READING_TARGET_MS,
+    CpuTimer,
+    GatedSide,
+    GpuTimer,
+    HostGate,
+    PrepError,
+    Timer,
+    calls_per_reading,
+)
 
 #: Timed outputs of more elements are checked at this many random positions (correctness trials compare
 #: whole outputs).
@@ -257,8 +267,28 @@ class Run:
         Every set has values of its own, and every output is the judge's to check."""
         return self._request(role, [(list(a), dict(k)) for a, k in sets], True, timer, extra)
 
+    def drawn(
+        self,
+        role: str,
+        draw: Callable[[], list[tuple[list[Any], dict[str, Any]]]],
+        count: int,
+        nbytes: int,
+        timer: Timer,
+    ) -> Call:
+        """As :meth:`calls`, the ``count`` sets made by ``draw`` inside the timer, after its start, straight
+        into the side's arena (``transport.DrawInto``; ``nbytes``: what they take there) instead of
+        being made before and copied in (a KernelBench problem's 6 GiB input took 4 ms to copy, as long
+        as its kernel)."""
+        return self._request(role, [None] * count, True, timer, None, (draw, nbytes))
+
     def _request(
-        self, role: str, values: Any, many: bool, timer: Timer | None, extra: dict[str, Any] | None
+        self,
+        role: str,
+        values: Any,
+        many: bool,
+        timer: Timer | None,
+        extra: dict[str, Any] | None,
+        drawing: tuple[Callable[[], Any], int] | None = None,
     ) -> Call:
 
         def read(reply: dict[str, Any]) -> Callable[[], Any]:
@@ -271,10 +301,13 @@ class Run:
 
         tries = 0
         while True:
-            arena = self.arena(role, "in", transport.layout_bytes(values))
-            packed, write = transport.pack(values, arena)
-            where = {"calls": packed} if many else {"args": packed[0], "kwargs": packed[1]}
-            msg = {"op": "call", **where, **(extra or {})}
+            arena = self.arena(role, "in", drawing[1] if drawing else transport.layout_bytes(values))
+            msg: dict[str, Any] = {"op": "call", **(extra or {})}
+            if not drawing:
+                packed, write = transport.pack(values, arena)
+                msg.update({"calls": packed} if many else {"args": packed[0], "kwargs": packed[1]})
+            else:
+                write = partial(self.draw, drawing[0], arena, msg)
             msg["gated"] = timer is not None and self.device.type == "cuda"
             if timer is None:
                 write()
@@ -298,11 +331,24 @@ class Run:
                 if reply.get("ok"):
                     if ms is None:
                         continue  # the gate expired before the side answered: measure again
+                    packed = msg["calls"] if drawing else packed
                     return self._answered(role, values, many, Call(ms, reply["read"], reply, packed, arena))
             if isinstance(reply.get("need"), int) and 0 < reply["need"] < 1 << 40:
                 self.arena(role, "out", reply["need"])
                 continue
             raise self.side_error(role, reply)
+
+    def draw(
+        self, draw: Callable[[], Any], arena: transport.Arena, msg: dict[str, Any], blocking: bool = True
+    ) -> None:
+        with transport.DrawInto(arena):
+            values = draw()
+        if transport.layout_bytes(values) > arena.nbytes:
+            raise HarnessError(
+                Outcome.UNKNOWN_ERROR, "the reference's get_inputs made larger inputs for a new seed"
+            )
+        msg["calls"], write = transport.pack(values, arena)
+        write(blocking)
 
     def _answered(self, role: str, values: Any, many: bool, call: Call) -> Call:
         """``call``, once a reading of several calls has exactly one output per call (a side describes its
@@ -682,8 +728,9 @@ def _time(
     reference or the calibration is measured. (On the CPU, :func:`_time_interleaved`.)
 
     A reading is one request of ``n`` calls run back to back, each on values of its own (``n`` > 1 for
-    calls under ``READING_TARGET_MS``: :func:`reading_size`), and every output of every call is checked
-    against the reference's for the same seed."""
+    calls under ``READING_TARGET_MS``: :func:`reading_size`; the candidate's ``m`` >= ``n``:
+    :func:`candidate_reading_size`), drawn into the side's arena after the reading's start, and every
+    output of every call is checked against the reference's for the same seed."""
     opts, device = job.options, run.device
     if device.type != "cuda" and job.cached_ref_timing is None:
         return _time_interleaved(run, job, get_inputs, atol, rtol, started)
@@ -696,41 +743,56 @@ def _time(
         role: base.bind(role, partial(run.ask, role)) for role in ("candidate", "reference")
     }
     warm_seed = fresh_seed()  # inputs made again where used: a problem's inputs may take gigabytes
-    n = 1
+    n = cap = 1
     if isinstance(base, GpuTimer):
-        n = reading_size(run, base, timers, [(get_inputs(warm_seed), {})])
+        n, cap = reading_size(run, base, timers, [(get_inputs(warm_seed), {})])
 
     def sets(seeds: list[int]) -> list[tuple[list[Any], dict[str, Any]]]:
         return [(get_inputs(seed), {}) for seed in seeds]
+
+    def reading(role: str, seeds: list[int]) -> Call:
+        """One timed reading, on a GPU its inputs drawn into the side's arena after the reading's start."""
+        if not isinstance(base, GpuTimer):
+            return run.calls(role, sets(seeds), timers[role])
+        return run.drawn(role, partial(sets, seeds), len(seeds), nbytes * len(seeds), timers[role])
 
     def warm() -> list[tuple[list[Any], dict[str, Any]]]:
         """One set of inputs, ``n`` times (warm-up and null calls need no values of their own)."""
         return [(get_inputs(warm_seed), {})] * n
 
     warm_sets = warm()
+    nbytes = transport.layout_bytes(warm_sets[0])
+    warm_ms: list[float] = []
     for _ in range(math.ceil(opts.warmup / n)):
-        if why := misplaced(run.calls("candidate", warm_sets, timers["candidate"]), device):
+        warmed = run.calls("candidate", warm_sets, timers["candidate"])
+        if why := misplaced(warmed, device):
             raise Incorrect(f"warm-up call: {why}")
-    del warm_sets
+        if warmed.ms is not None:
+            warm_ms.append(warmed.ms)
+    del warm_sets, warmed
     run.release()
 
-    readings = reading_count(opts.perf_trials, n)
+    m = n  # the candidate's calls a reading
+    if isinstance(base, GpuTimer) and warm_ms:
+        m = candidate_reading_size(n, (min(warm_ms) - base.null_ms) / n, cap, opts.perf_trials)
+    readings = reading_count(opts.perf_trials, m)
     new_raw: list[float] = []
-    checked: list[tuple[list[int], list[Any]]] = []  # every timed output, checked against the reference's
+    checked: list[tuple[int, Any]] = []  # (seed, output) of every timed call, checked against the reference's
     for i in range(readings):
-        seeds = [fresh_seed() for _ in range(n)]
-        timed = run.calls("candidate", sets(seeds), timers["candidate"])
+        seeds = [fresh_seed() for _ in range(m)]
+        timed = reading("candidate", seeds)
         assert timed.ms is not None
         new_raw.append(timed.ms)
         if why := foreign(timed.out) or misplaced(timed, device):
             raise Incorrect(f"timed reading {i + 1}: {why}")
-        checked.append((seeds, timed.out))
+        checked.extend(zip(seeds, timed.out, strict=True))
         if time.perf_counter() - started > budget and len(new_raw) >= MIN_TIMED_TRIALS:
             break
     run.end_candidate()
 
-    warm_sets = warm()
-    null_ms = calibrate(run, base, timers["reference"], warm_sets)
+    # the null calls draw a candidate's reading of inputs: their preparation is its baseline
+    null_ms = calibrate(run, base, timers["reference"], [(get_inputs(warm_seed), {})] * m,
+                        partial(sets, [warm_seed] * m))  # fmt: skip
     try:
         base.check("null")
     except PrepError as exc:
@@ -738,31 +800,45 @@ def _time(
     ref_raw: list[float] = []
     mismatch: str | None = None
     if cached is None:
+        warm_sets = warm()
         for _ in range(math.ceil(opts.warmup / n)):
             run.calls("reference", warm_sets, timers["reference"])
-    del warm_sets
-    if cached is None:
-        for seeds, snaps in checked:
-            timed = run.calls("reference", sets(seeds), timers["reference"])
+        del warm_sets
+        for k in range(0, len(checked), n):  # the same seeds, ``n`` a reading
+            chunk = checked[k : k + n]
+            timed = reading("reference", [seed for seed, _ in chunk])
             assert timed.ms is not None
-            ref_raw.append(timed.ms)
-            for out, snap in zip(timed.out, snaps, strict=True):
+            if len(chunk) == n:  # a shorter last reading is checked, not counted
+                ref_raw.append(timed.ms)
+            for out, (_, snap) in zip(timed.out, chunk, strict=True):
                 mismatch = mismatch or _mismatch(out, snap, atol, rtol)
     else:
-        for seeds, snaps in checked:
-            for seed, snap in zip(seeds, snaps, strict=True):
-                if mismatch is None:
-                    mismatch = _mismatch(
-                        unwrap(run.call("reference", get_inputs(seed)).out), snap, atol, rtol
-                    )
+        for seed, snap in checked:
+            if mismatch is None:
+                mismatch = _mismatch(unwrap(run.call("reference", get_inputs(seed)).out), snap, atol, rtol)
+    gate = None
+    if isinstance(base, GpuTimer):
+        gate = {**base.report(), "calls_per_reading": n, "candidate_calls_per_reading": m}
     return {
         "ref": cached if cached is not None else TimingStats.of(net(ref_raw, null_ms, n)),
-        "new": TimingStats.of(net(new_raw, null_ms, n)),
+        "new": TimingStats.of(net(new_raw, null_ms, m)),
         "ref_cached": cached is not None,
         "method": base.method,
         "mismatch": mismatch,
-        "gate": {**base.report(), "calls_per_reading": n} if isinstance(base, GpuTimer) else None,
+        "gate": gate,
     }
+
+
+def candidate_reading_size(n: int, call_ms: float, cap: int, perf_trials: int) -> int:
+    """Calls a timed reading of the candidate: the reference's count ``n``, or more where the candidate's
+    calls (``call_ms`` each, from its warm-up) are so much faster that ``n`` of them would be mostly the
+    path's cost, whose level moves ~8 us between side processes (a 60 us kernel at the 2 calls of its
+    1.4 ms reference read 5-7% off an independent timer on the H100). Up to ``READING_TARGET_MS`` of
+    work, within ``cap`` (bytes, values a reply names) and ``2 * perf_trials / MIN_READINGS`` calls (the
+    reference replays every seed the candidate ran: that many calls of it at most twice ``perf_trials``).
+    Chosen by the candidate's own speed, it gains nothing by it: a slower warm-up only keeps ``n``."""
+    want = cap if call_ms <= 0 else math.ceil(READING_TARGET_MS / call_ms)
+    return max(n, min(want, cap, 2 * perf_trials // MIN_READINGS))
 
 
 def reading_count(perf_trials: int, calls: int) -> int:
@@ -777,11 +853,11 @@ def reading_size(
     timers: dict[str, Timer],
     sets: list[tuple[list[Any], dict[str, Any]]],
     extra: dict[str, Any] | None = None,
-) -> int:
-    """Calls per timed reading, the same for both sides, from a few gated calls of the trusted reference
-    side (the candidate stopped meanwhile) less a first estimate of the path's cost: nothing the
-    submission does changes it (sized from the faster side, the count would be the candidate's to choose).
-    ``extra``: the reference side's request fields."""
+) -> tuple[int, int]:
+    """Calls per timed reading of the reference, from a few gated calls of the trusted reference side (the
+    candidate stopped meanwhile) less a first estimate of the path's cost, and the most calls a reading
+    may hold (bytes, values a reply names). The candidate's count is this one or, where its calls are far
+    faster, more: :func:`candidate_reading_size`. ``extra``: the reference side's request fields."""
     with run.frozen("candidate"):
         null_ms = calibrate(run, base, timers["reference"], sets)
         ms = []
@@ -792,7 +868,8 @@ def reading_size(
     outs = flatten_outputs(call.out)
     nbytes = transport.layout_bytes(sets) + 2 * sum(t.nbytes for t in outs if isinstance(t, torch.Tensor))
     leaves = transport.tensor_count(sets) + len(outs)
-    return calls_per_reading(min(ms) - null_ms, nbytes, leaves, transport.MAX_NODES)
+    cap = calls_per_reading(0.0, nbytes, leaves, transport.MAX_NODES)
+    return calls_per_reading(min(ms) - null_ms, nbytes, leaves, transport.MAX_NODES), cap
 
 
 def _time_interleaved(
@@ -864,16 +941,24 @@ def net(raw: list[float], null_ms: float, calls: int = 1) -> list[float]:
 
 
 def calibrate(
-    run: Run, base: GpuTimer | CpuTimer, ref_timer: Timer, sets: list[tuple[list[Any], dict[str, Any]]]
+    run: Run,
+    base: GpuTimer | CpuTimer,
+    ref_timer: Timer,
+    sets: list[tuple[list[Any], dict[str, Any]]],
+    draw: Callable[[], list[tuple[list[Any], dict[str, Any]]]] | None = None,
 ) -> float:
     """The path's own cost per reading, from null calls of the reference side with a reading's inputs
-    (``sets``) written, as for a real reading (their preparation time is the baseline)."""
+    (``sets``) written, as for a real reading (their preparation time is the baseline); ``draw``: drawn
+    into the arena again for each null call, as readings made by :meth:`Run.drawn` are."""
     if isinstance(base, CpuTimer):
         return 0.0
     values = [(list(a), dict(k)) for a, k in sets]
     arena = run.arena("reference", "in", transport.layout_bytes(values))
+    msg = {"op": "call", "null": True, "gated": True}
     packed, write = transport.pack(values, arena)
-    msg = {"op": "call", "null": True, "gated": True, "calls": packed}
+    msg["calls"] = packed
+    if draw is not None:
+        write = partial(run.draw, draw, arena, msg)
     assert isinstance(ref_timer, GatedSide)
     return base.calibrate_null(ref_timer, partial(run.ask, "reference", msg), write)
 

@@ -331,12 +331,12 @@ class GatedSide:
         start, mid, end = ev
         gate_us = max(t.gate_us, calls * GATE_US_PER_CALL)  # one call: the gate (>= MIN_GATE_US) itself
         t.gate.hold(gate_us)
+        asked = time.perf_counter()  # the gate must outlast the judge's writing (drawing) of the inputs too
         start.record(stream)
         write(False)
         t.flush.zero_()
         mid.record(stream)
         self.go.record(stream)
-        asked = time.perf_counter()
         try:
             reply = ask()
             if reply.get("ok"):

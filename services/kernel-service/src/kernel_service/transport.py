@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from . import cuda_ipc
 
@@ -204,8 +205,10 @@ def pack(value: Any, arena: Arena) -> tuple[Any, Callable[..., None]]:
         shape, stride = tuple(v.shape), tuple(v.stride())
         n = extent(shape, stride)
         view = arena.view(cursor[0], v.dtype, shape, stride)
-        if n:
+        if n and not (v.device == view.device and v.data_ptr() == view.data_ptr() and v.stride() == stride):
             src = v.detach().as_strided((n,), (1,), v.storage_offset())
+            if v.device == arena.bytes.device and _overlaps(src, arena.bytes):  # drawn elsewhere in it
+                src = src.clone()  # before any copy can overwrite it
             copies.append((view.as_strided((n,), (1,), view.storage_offset()), src))
         ref = Ref(cursor[0], str(v.dtype).removeprefix("torch."), shape, stride)
         cursor[0] += _aligned(n * v.element_size())
@@ -220,6 +223,85 @@ def pack(value: Any, arena: Arena) -> tuple[Any, Callable[..., None]]:
             torch.cuda.current_stream(arena.device).synchronize()
 
     return _map_leaves(value, torch.Tensor, place), write
+
+
+def _overlaps(t: torch.Tensor, region: torch.Tensor) -> bool:
+    lo, n = t.data_ptr(), t.numel() * t.element_size()
+    return lo < region.data_ptr() + region.numel() and region.data_ptr() < lo + n
+
+
+#: Factory functions :class:`DrawInto` places, with the dtype they make when none is named.
+_FACTORIES: dict[Any, Callable[[], torch.dtype]] = {
+    torch.rand: torch.get_default_dtype,
+    torch.randn: torch.get_default_dtype,
+    torch.zeros: torch.get_default_dtype,
+    torch.ones: torch.get_default_dtype,
+    torch.empty: torch.get_default_dtype,
+    torch.randint: lambda: torch.int64,
+}
+
+
+def _factory_size(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[int, ...] | None:
+    """The size a factory call asks for (``rand(2, 3)``, ``rand((2, 3))``, ``rand(size=...)``,
+    ``randint(lo, hi, (2, 3))``), or None when it cannot be read."""
+    if "size" in kwargs:
+        size: Any = kwargs["size"]
+    elif func is torch.randint:
+        size = args[-1] if args else None
+    elif len(args) == 1 and isinstance(args[0], (tuple, list, torch.Size)):
+        size = args[0]
+    else:
+        size = args
+    if not isinstance(size, (tuple, list, torch.Size)) or not all(type(d) is int and d >= 0 for d in size):
+        return None
+    return tuple(size)
+
+
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    here = torch.cuda.current_device() if "cuda" in (a.type, b.type) and torch.cuda.is_available() else 0
+    return a.type == b.type and (a.index if a.index is not None else here) == (
+        b.index if b.index is not None else here
+    )
+
+
+class DrawInto(TorchFunctionMode):
+    """Inputs drawn straight into ``arena``: while active, ``torch.rand``/``randn``/``randint``/``zeros``/
+    ``ones``/``empty`` calls on the arena's device write their result (``out=``) at the places
+    :func:`pack` will give the tensors made in that order, so packing them copies nothing. The values are
+    the ones the same calls make elsewhere. Anything else (other factories, results of arithmetic, a
+    different order) is still packed correctly, by a copy; a call that does not fit is made elsewhere."""
+
+    def __init__(self, arena: Arena) -> None:
+        super().__init__()
+        self.arena = arena
+        self.cursor = 0
+
+    def __torch_function__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
+        kwargs = kwargs or {}
+        make = _FACTORIES.get(func)
+        if make is None or "out" in kwargs or kwargs.get("requires_grad") or kwargs.get("pin_memory"):
+            return func(*args, **kwargs)
+        size = _factory_size(func, args, kwargs)
+        device = kwargs.get("device")
+        dtype = kwargs.get("dtype") or make()
+        if (
+            size is None
+            or kwargs.get("layout", torch.strided) != torch.strided
+            or kwargs.get("memory_format", torch.contiguous_format) != torch.contiguous_format
+            or (device is not None and not _same_device(torch.device(device), self.arena.device))
+            or str(dtype).removeprefix("torch.") not in DTYPES
+        ):
+            return func(*args, **kwargs)
+        nbytes = math.prod(size) * dtype.itemsize
+        if self.cursor + nbytes > self.arena.nbytes:
+            return func(*args, **kwargs)
+        strides = tuple(math.prod(size[i + 1 :]) for i in range(len(size)))
+        out = self.arena.view(self.cursor, dtype, size, strides)
+        self.cursor += _aligned(nbytes)
+        rest = {k: v for k, v in kwargs.items() if k not in ("dtype", "device", "layout", "memory_format")}
+        return func(*args, **rest, out=out)
 
 
 def unpack(packed: Any, region: torch.Tensor) -> Any:

@@ -963,7 +963,7 @@ def _time_cases(
     code of the submission runs while the op is timed. Each timed call gets fresh values (a seed from
     ``os.urandom`` per call, the same for both sides) and every timed output is checked against the op's
     output for the same values. On a GPU a reading of an input holds as many calls as its size allows
-    (``judge.reading_size``), the same for both sides. Returns the GPU gate's report (None on the CPU)."""
+    (``judge.reading_size``, from the op's speed), the same for both sides. Returns the GPU gate's report (None on the CPU)."""
     opts = prep.req.options
     base: GpuTimer | CpuTimer = run.judge.gpu_timer(run.device) if run.device.type == "cuda" else CpuTimer()
     if isinstance(base, GpuTimer):  # each op from the initial gate, as each KernelBench job
@@ -976,7 +976,7 @@ def _time_cases(
     sizes = [1] * len(cases)
     if isinstance(base, GpuTimer):
         sizes = [
-            reading_size(run, base, timers, [(list(c.args), c.kwargs)], op[j]) for j, c in enumerate(cases)
+            reading_size(run, base, timers, [(list(c.args), c.kwargs)], op[j])[0] for j, c in enumerate(cases)
         ]
     counts = [reading_count(opts.perf_trials, size) for size in sizes]  # each input its perf_trials calls
     seeds = [[fresh_seed() for _ in range(max(sizes))] for _ in range(max(counts))]
