@@ -89,18 +89,21 @@ def _extent(size: list[int], stride: list[int]) -> int:
 
 
 def _values(n: int, dtype: torch.dtype, init: str, gen: torch.Generator) -> torch.Tensor:
+    """``n`` values on the generator's device (a CUDA generator draws a performance input's million
+    values on the GPU: on the CPU they took ~5 ms, hundreds of times a timed reading)."""
+    on = gen.device
     if dtype == torch.bool:
-        return torch.randint(0, 2, (n,), generator=gen).bool()
+        return torch.randint(0, 2, (n,), generator=gen, device=on).bool()
     if dtype in (torch.uint8, torch.uint16, torch.uint32, torch.uint64):
-        return torch.randint(0, 10, (n,), generator=gen).to(dtype)
+        return torch.randint(0, 10, (n,), generator=gen, device=on).to(dtype)
     if not dtype.is_floating_point or init == "randint":
-        return torch.randint(-8, 9, (n,), generator=gen).to(dtype)
+        return torch.randint(-8, 9, (n,), generator=gen, device=on).to(dtype)
     if init == "rand":
-        return torch.rand(n, generator=gen, dtype=torch.float32).to(dtype)
+        return torch.rand(n, generator=gen, dtype=torch.float32, device=on).to(dtype)
     if init == "ones":
-        return torch.ones(n, dtype=dtype)
+        return torch.ones(n, dtype=dtype, device=on)
     if init == "zeros":
-        return torch.zeros(n, dtype=dtype)
+        return torch.zeros(n, dtype=dtype, device=on)
     if init == "special":
         info = torch.finfo(dtype)
         pool = torch.tensor(
@@ -117,11 +120,12 @@ def _values(n: int, dtype: torch.dtype, init: str, gen: torch.Generator) -> torc
                 -2.5,
             ],
             dtype=torch.float32,
+            device=on,
         ).to(dtype)
-        return pool[torch.arange(n) % len(pool)]
+        return pool[torch.arange(n, device=on) % len(pool)]
     if init != "randn":
         raise SpecError(f"unknown init {init!r}; expected randn, rand, randint, ones, zeros or special")
-    return torch.randn(n, generator=gen, dtype=torch.float32).to(dtype)
+    return torch.randn(n, generator=gen, dtype=torch.float32, device=on).to(dtype)
 
 
 def build_arg(spec: Any, dtype: torch.dtype, device: str, gen: torch.Generator) -> Any:

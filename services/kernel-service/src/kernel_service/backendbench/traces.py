@@ -269,7 +269,7 @@ def torchbench_cases(
     sized.sort(key=lambda s: (-s[0], s[1]))  # the largest inputs matter most, as upstream
     cases = []
     for i, (_, _, overload, arg_specs, kwarg_specs) in enumerate(sized[:max_inputs]):
-        gen = torch.Generator().manual_seed(seed * 1000 + i)
+        gen = torch.Generator(device).manual_seed(seed * 1000 + i)  # values drawn where they are used
         args = tuple(build_arg(a, torch.float32, device, gen) for a in arg_specs)
         kwargs = {k: build_arg(v, torch.float32, device, gen) for k, v in kwarg_specs.items()}
         dt = first_float_dtype((args, kwargs))
