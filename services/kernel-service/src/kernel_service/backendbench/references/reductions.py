@@ -174,25 +174,26 @@ def nanmedian(x, dim=None, keepdim=False):
 
 def mode(x, dim=-1, keepdim=False):
     """The most frequent value along ``dim`` (the smallest among equally frequent ones) and the index of
-    its last occurrence."""
+    its last occurrence, for every row at once (a loop over rows and values synced the GPU per value:
+    157 ms for one opinfo input on the H100)."""
     if x.dim() == 0:
         return x.clone(), torch.zeros((), dtype=torch.int64, device=x.device)
     moved = x.movedim(dim, -1)
     rows = moved.reshape(-1, moved.shape[-1])
-    values, indices = [], []
-    for row in rows:
-        sorted_row = torch.sort(row, stable=True).values
-        best_val, best_count = None, -1
-        for v in torch.unique(sorted_row).tolist():
-            count = int((row == v).sum())
-            if count > best_count:
-                best_val, best_count = v, count
-        hits = torch.nonzero(row == best_val).reshape(-1)
-        values.append(best_val)
-        indices.append(int(hits[-1]))
+    n = rows.shape[-1]
+    ordered = torch.sort(rows, dim=-1, stable=True).values
+    starts = torch.ones_like(ordered, dtype=torch.bool)
+    starts[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
+    run = starts.cumsum(-1) - 1  # each position's run of equal values, in ascending order
+    counts = torch.zeros(rows.shape, dtype=torch.int64, device=x.device)
+    counts.scatter_add_(1, run, torch.ones_like(run))
+    best = counts.argmax(-1, keepdim=True)  # the first (smallest) of the most frequent values
+    first = (run == best).to(torch.uint8).argmax(-1, keepdim=True)
+    values = ordered.gather(1, first)
+    hits = (rows == values).to(torch.uint8)
+    indices = (n - 1) - hits.flip(-1).argmax(-1, keepdim=True)  # its last occurrence
     shape = list(moved.shape[:-1])
-    v = torch.tensor(values, dtype=x.dtype, device=x.device).reshape(shape)
-    i = torch.tensor(indices, dtype=torch.int64, device=x.device).reshape(shape)
+    v, i = values.reshape(shape), indices.reshape(shape)
     if keepdim:
         v, i = v.unsqueeze(dim % x.dim()), i.unsqueeze(dim % x.dim())
     return v, i
