@@ -37,38 +37,30 @@ def scatter_add(x, dim, index, src):
 
 
 def scatter_reduce(x, dim, index, src, reduce, include_self=True):
-    """scatter_reduce.two: every source element reduced into its target, one at a time, in float64."""
+    """scatter_reduce.two: every source element reduced into its target in float64, all at once
+    (``index_add``/``index_reduce`` on the flat positions; a loop over elements synced the GPU per
+    element)."""
     d = dim % max(x.dim(), 1)
     acc = x.to(torch.float64).clone()
     out_shape = x.shape
     flat_acc = acc.reshape(-1)
-    count = torch.zeros_like(flat_acc)
-    touched = torch.zeros(flat_acc.shape, dtype=torch.bool, device=x.device)
     if x.dim() == 0:
         targets = torch.zeros(index.numel(), dtype=torch.int64, device=x.device)
         values = src.reshape(-1)[: index.numel()].to(torch.float64)
     else:
         targets = _flat_positions(x, _coords(index, d)).reshape(-1)
         values = src[tuple(slice(0, s) for s in index.shape)].reshape(-1).to(torch.float64)
+    touched = torch.zeros(flat_acc.shape, dtype=torch.bool, device=x.device)
+    touched[targets] = True
     if not include_self:
-        first = torch.zeros_like(touched)
-        first[targets] = True
         identity = {"sum": 0.0, "mean": 0.0, "prod": 1.0, "amax": -float("inf"), "amin": float("inf")}[reduce]
-        flat_acc = torch.where(first, torch.full_like(flat_acc, identity), flat_acc)
-    for t, v in zip(targets.tolist(), values.unbind(0), strict=True):
-        cur = flat_acc[t]
-        if reduce in ("sum", "mean"):
-            new = cur + v
-        elif reduce == "prod":
-            new = cur * v
-        elif reduce == "amax":
-            new = torch.where((v > cur) | torch.isnan(v), v, cur)
-        else:
-            new = torch.where((v < cur) | torch.isnan(v), v, cur)
-        flat_acc[t] = new
-        count[t] += 1
-        touched[t] = True
+        flat_acc = torch.where(touched, torch.full_like(flat_acc, identity), flat_acc)
+    if reduce in ("sum", "mean"):
+        flat_acc = flat_acc.index_add(0, targets, values)
+    else:
+        flat_acc = flat_acc.index_reduce(0, targets, values, reduce, include_self=True)
     if reduce == "mean":
+        count = torch.zeros_like(flat_acc).index_add(0, targets, torch.ones_like(values))
         denom = count + (1.0 if include_self else 0.0)
         mean = flat_acc / denom.clamp_min(1.0)
         if not x.dtype.is_floating_point:
@@ -109,38 +101,19 @@ def _sums_in_float32(x, indices):
 
 
 def index_reduce(x, dim, index, source, reduce, include_self=True):
-    """index_reduce: slices of ``source`` reduced into the slices of ``x`` that ``index`` names, in float64."""
+    """index_reduce: slices of ``source`` reduced into the slices of ``x`` that ``index`` names, in
+    float64, all at once (``scatter_reduce`` with the index spread over each slice; a loop over the
+    index synced the GPU per entry)."""
     d = dim % max(x.dim(), 1)
-    acc = x.to(torch.float64).clone()
+    acc = x.to(torch.float64)
     src = source.to(torch.float64)
     if x.dim() == 0:
         acc, src = acc.reshape(1), src.reshape(1)
-    count = torch.zeros(acc.shape[d], dtype=torch.float64, device=x.device)
-    targets = index.reshape(-1).tolist()
-    if not include_self:
-        identity = {"prod": 1.0, "mean": 0.0, "amax": -float("inf"), "amin": float("inf")}[reduce]
-        for t in set(targets):
-            acc.select(d, t).fill_(identity)
-    for i, t in enumerate(targets):
-        cur = acc.select(d, t)
-        v = src.select(d, i)
-        if reduce == "prod":
-            new = cur * v
-        elif reduce == "mean":
-            new = cur + v
-        elif reduce == "amax":
-            new = torch.where((v > cur) | torch.isnan(v), v, cur)
-        else:
-            new = torch.where((v < cur) | torch.isnan(v), v, cur)
-        cur.copy_(new)
-        count[t] += 1
-    if reduce == "mean":
-        denom = count + (1.0 if include_self else 0.0)
-        shape = [1] * acc.dim()
-        shape[d] = -1
-        touched = (count > 0).reshape(shape)
-        acc = torch.where(touched, acc / denom.clamp_min(1.0).reshape(shape), acc)
-    return acc.reshape(x.shape).to(x.dtype)
+    shape = [1] * src.dim()
+    shape[d] = -1
+    spread = index.reshape(shape).to(torch.int64).expand(src.shape)
+    out = acc.scatter_reduce(d, spread, src, reduce, include_self=include_self)
+    return out.reshape(x.shape).to(x.dtype)
 
 
 def masked_select(x, mask):
