@@ -222,3 +222,13 @@ def test_the_dispatch_recorder_keeps_no_tensor_alive() -> None:
     with DispatchRecorder(keep_args=True) as traced:
         torch.ones(3).add(1)
     assert [str(f) for f, _, _ in traced.calls][-1] == "aten.add.Tensor" and traced.calls[-1][1]
+
+
+def test_the_vectorised_reference_kernels_pass_their_opinfo_inputs() -> None:
+    """mode, scatter_reduce and index_reduce once looped over elements (a GPU sync each); now they work
+    on whole tensors, and must still match the ops on every opinfo input, NaNs and ties included."""
+    ops = ("mode.default", "scatter_reduce.two", "index_reduce.default")
+    got = verdicts([ref(op) for op in ops])
+    for op in ops:
+        assert got[op]["outcome"] == "correct", got[op]["feedback"]
+        assert got[op]["n_correct"] == got[op]["n_correctness_inputs"] > 0
