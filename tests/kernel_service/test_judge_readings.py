@@ -29,6 +29,9 @@ def stale(x, *, shift=0.0):
         _first.append(x * 2 + shift)
     return _first[0]
 
+def scale_in_place(x, *, shift=0.0):
+    return x.mul_(2)
+
 def truncate(x, *, shift=0.0):
     import kernel_service.candidate as side  # the side's own runtime: a submission may rewrite it
     side._each = lambda fn, sets: [fn(*sets[0][0], **sets[0][1])]
@@ -132,3 +135,18 @@ def test_a_far_faster_candidate_gets_more_calls_a_reading_within_its_caps() -> N
     assert candidate_reading_size(2, 0.06, 3, 100) == 3  # bytes / values
     assert candidate_reading_size(5, 0.0, 256, 100) == 20  # too short to tell
     assert candidate_reading_size(40, 0.001, 256, 100) == 40
+
+
+def test_inputs_kept_after_a_call_are_a_copy_that_keeps_strides_and_later_calls_cannot_change(
+    run: Run,
+) -> None:
+    load(run, "scale_in_place")
+    base = torch.arange(12.0).reshape(3, 4)
+    x = base.t()  # non-contiguous: the copy keeps the strides
+    call = run.call("candidate", [x])
+    kept = call.inputs_kept()
+    assert kept[0][0].stride() == x.stride()
+    torch.testing.assert_close(kept[0][0], x * 2)  # as the side left it
+    run.call("candidate", [torch.full((4, 3), 5.0)])  # the same arena, written and scaled again
+    torch.testing.assert_close(kept[0][0], x * 2)
+    torch.testing.assert_close(call.inputs_after()[0][0], torch.full((4, 3), 10.0))  # views are not kept

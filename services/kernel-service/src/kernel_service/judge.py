@@ -461,6 +461,13 @@ class Call:
         """The judge's views of this call's inputs as the side left them (in-place and out= results)."""
         return transport.unpack(self.packed, self.arena.bytes)
 
+    def inputs_kept(self) -> Any:
+        """:meth:`inputs_after` copied now, in one copy of the arena's bytes they use (a side may write
+        its arena again later; one copy, not one clone per tensor: a group of 64 inputs made hundreds of
+        small GPU copies), each view keeping its strides and its offset in the copy."""
+        region = self.arena.bytes[: transport.span(self.packed)].clone()
+        return transport.unpack(self.packed, region)
+
 
 def _text(reply: dict[str, Any], key: str) -> str | None:
     v = reply.get(key)

@@ -304,6 +304,18 @@ class DrawInto(TorchFunctionMode):
         return func(*args, **rest, out=out)
 
 
+def span(packed: Any) -> int:
+    """Bytes of the arena the :class:`Ref` descriptors in ``packed`` reach into (from byte 0)."""
+    end = [0]
+
+    def reach(ref: Ref) -> Ref:
+        end[0] = max(end[0], ref.offset + extent(ref.shape, ref.stride) * DTYPES[ref.dtype].itemsize)
+        return ref
+
+    _map_leaves(packed, Ref, reach)
+    return end[0]
+
+
 def unpack(packed: Any, region: torch.Tensor) -> Any:
     """Side: views of the mapped arena for every :class:`Ref`."""
 

@@ -27,6 +27,12 @@ def tolerance(
     return (atol if atol is not None else base[0], rtol if rtol is not None else base[1])
 
 
+#: CUDA tensors of at most this many elements are compared on the host: two small copies cost less than
+#: the dozen kernel launches and four synchronisations of the comparison on the GPU, thousands of times
+#: in an opinfo suite (the judge's comparisons took ~5 s of the warm H100 suite, 0.3 ms each).
+HOST_COMPARE_ELEMENTS = 1 << 16
+
+
 @dataclass
 class Mismatch:
     """Why two values differ (``None`` fields when not numeric)."""
@@ -57,6 +63,8 @@ def _compare_tensor(
         return Mismatch(f"{where}: device {out.device} != expected {ref.device}")
     if ref.numel() == 0:
         return None
+    if ref.is_cuda and ref.numel() <= HOST_COMPARE_ELEMENTS and ref.layout == out.layout == torch.strided:
+        ref, out = ref.cpu(), out.cpu()  # the same IEEE arithmetic, without the launches
     if ref.layout == out.layout == torch.strided and torch.equal(ref, out):
         return None  # identical (NaN never is: those take the long way)
     if ref.is_complex():

@@ -258,7 +258,7 @@ def _side_check(run: Run, case: Case, req: BackendBenchEvalRequest) -> tuple[Inp
         return result, {str(c) for c in (err.reply.get("called") or [])[:1000]}
     called = {str(c) for c in (ker_call.reply.get("called") or [])[:1000]}
     out = snapshot(ker_call.out)
-    ker_inputs = clone_value(ker_call.inputs_after())
+    ker_inputs = ker_call.inputs_kept()
     if why := foreign(out):
         result = _result(case, req)
         result.error = why
@@ -369,7 +369,7 @@ def _grouped_check(
         return None  # the kernel raised on some input: its own call reports the error
     called = {str(c) for c in (ker_call.reply.get("called") or [])[:1000]}
     ref_after = ref_call.inputs_after()[0][0]
-    ker_after = clone_value(ker_call.inputs_after()[0][0])
+    ker_after = ker_call.inputs_kept()[0][0]
     ref_packed, ker_packed = ref_call.packed[0][0], ker_call.packed[0][0]
     for j, i in enumerate(accepted):
         case, ref_i = cases[i], ref_out[i][1]
