@@ -136,3 +136,16 @@ def test_factories_drawing_cannot_place_are_made_as_usual() -> None:
         assert other.device.type == "meta" and torch.equal(full, torch.tensor([3.0, 3.0]))
     finally:
         arena.close()
+
+
+def test_a_factory_for_another_device_than_the_arena_s_is_not_drawn_there() -> None:
+    arena = transport.Arena(4096, torch.device("cpu"))
+    try:
+        with transport.DrawInto(arena) as drawing, torch.device("meta"):
+            elsewhere = torch.rand(4)  # the default device is meta here: drawn on the CPU it would differ
+        assert drawing.cursor == 0 and elsewhere.device.type == "meta"
+        with torch.device("meta"), transport.DrawInto(arena) as drawing:  # asked with no device named
+            elsewhere = torch.rand(4)
+        assert drawing.cursor == 0 and elsewhere.device.type == "meta"
+    finally:
+        arena.close()

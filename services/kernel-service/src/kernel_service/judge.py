@@ -341,6 +341,8 @@ class Run:
     def draw(
         self, draw: Callable[[], Any], arena: transport.Arena, msg: dict[str, Any], blocking: bool = True
     ) -> None:
+        """The ``write`` of a drawn reading: the sets made into ``arena``, what is not in place copied
+        there, and ``msg`` given their descriptors."""
         with transport.DrawInto(arena):
             values = draw()
         if transport.layout_bytes(values) > arena.nbytes:

@@ -284,13 +284,13 @@ class DrawInto(TorchFunctionMode):
         if make is None or "out" in kwargs or kwargs.get("requires_grad") or kwargs.get("pin_memory"):
             return func(*args, **kwargs)
         size = _factory_size(func, args, kwargs)
-        device = kwargs.get("device")
+        device = kwargs.get("device") or torch.get_default_device()  # made elsewhere: elsewhere's values
         dtype = kwargs.get("dtype") or make()
         if (
             size is None
             or kwargs.get("layout", torch.strided) != torch.strided
             or kwargs.get("memory_format", torch.contiguous_format) != torch.contiguous_format
-            or (device is not None and not _same_device(torch.device(device), self.arena.device))
+            or not _same_device(torch.device(device), self.arena.device)
             or str(dtype).removeprefix("torch.") not in DTYPES
         ):
             return func(*args, **kwargs)
