@@ -137,7 +137,7 @@ def strided_view(
     region: torch.Tensor, offset: int, dtype: torch.dtype, shape: tuple[int, ...], stride: tuple[int, ...]
 ) -> torch.Tensor:
     """A ``dtype`` view of ``region`` (uint8) at byte ``offset``; raises unless it fits entirely."""
-    item = torch.empty((), dtype=dtype).element_size()
+    item = dtype.itemsize
     n = extent(shape, stride)
     if offset < 0 or offset % item or offset + n * item > region.numel():
         raise TransportError(

@@ -284,7 +284,7 @@ def _spec_bytes(spec: Any) -> int:
         n = 1
         for s in spec["T"]:
             n *= int(s)
-        return n * torch.empty((), dtype=dtype_of(spec.get("dtype", "f32"))).element_size()
+        return n * dtype_of(spec.get("dtype", "f32")).itemsize
     if isinstance(spec, list):
         return sum(_spec_bytes(s) for s in spec)
     return 0
