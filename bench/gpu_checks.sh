@@ -6,7 +6,7 @@
 #
 # On the lent H100: carry the wheels (.whl: ../shared/device/wheels.sh, plus expecttest for OpInfo) and
 # the KernelBench problems (.gpudata/problems.jsonl, for level1). One device call runs at most 10 minutes:
-# `tests adversarial fidelity backendbench` fit one (560 s at most), `level1` another (330 s).
+# `tests adversarial fidelity backendbench` fit one (575 s at most), `level1` another (330 s).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-checks}
@@ -32,13 +32,13 @@ step() {  # name, seconds, command...
 
 for s in "${steps[@]}"; do
   case $s in
-    tests) step tests 180 python3 -m pytest -m gpu tests/kernel_service/test_gpu.py -q -p no:cacheprovider ;;
+    tests) step tests 240 python3 -m pytest -m gpu tests/kernel_service/test_gpu.py tests/backendbench/test_gpu_backendbench.py -q -p no:cacheprovider ;;
     adversarial) step adversarial 75 python3 bench/adversarial/run_gpu.py --out "$OUT/adversarial.json" ;;
-    fidelity) step fidelity 75 python3 bench/timing_fidelity.py --calls 100 --mps off --jobs 2 --out "$OUT/fidelity.json" ;;
+    fidelity) step fidelity 60 python3 bench/timing_fidelity.py --calls 100 --mps off --jobs 2 --out "$OUT/fidelity.json" ;;
     backendbench)
       python3 -c "import torch, json, sys; sys.exit(json.load(open('$INDEX')).get('torch') != torch.__version__)" \
         && cp "$INDEX" services/kernel-service/src/kernel_service/backendbench/data/opinfo_ops.json
-      step backendbench 230 python3 bench/backendbench_suite_speed.py --index auto --runs 2 --out "$OUT/backendbench.json" ;;
+      step backendbench 200 python3 bench/backendbench_suite_speed.py --index auto --runs 2 --out "$OUT/backendbench.json" ;;
     level1) step level1 330 python3 bench/kernelbench_gpu.py --model reference --dataset-file .gpudata/problems.jsonl \
       --level 1 --output-dir /tmp/kb --run-id l1 --budget-s 290 --out "$OUT/level1.json" ;;
     *) echo "unknown step $s (tests adversarial fidelity backendbench level1)"; exit 2 ;;
