@@ -39,7 +39,7 @@ from .case_cache import CaseCache, key_of
 from .compare import compare, tolerance
 from .detect import forbidden_packets, packet_name, tampering
 from .schemas import BackendBenchEvalRequest, BackendBenchEvalResponse, InputResult
-from .suites import Case, DispatchRecorder, UnknownOpError, build_cases, build_perf_cases, default_dtypes
+from .suites import Case, DispatchRecorder, UnknownOpError, build_cases, default_dtypes
 from .tensors import SpecError, clone_value, describe_call, dtype_of
 from .timing import timing_method
 
@@ -940,9 +940,9 @@ def _rebuild_perf(prep: Prepared, seed: int) -> list[Case]:
     req, opts = prep.req, prep.req.options
     seed_all(seed)
     with _quiet():
-        perf = build_perf_cases(
+        _, perf = build_cases(
             req.op, req.suite, device=prep.device, dtypes=opts.dtypes or default_dtypes(prep.device),
-            seed=seed, max_inputs=opts.max_inputs, trace_file=opts.trace_file, trace=opts.trace,
+            seed=seed, max_inputs=opts.max_inputs, trace_file=opts.trace_file, trace=opts.trace, perf_only=True,
         )  # fmt: skip
     if [tuple(_shapes(c)) for c in perf] != [tuple(_shapes(c)) for c in prep.perf]:
         raise HarnessError(

@@ -43,7 +43,6 @@ __all__ = [
     "DispatchRecorder",
     "UnknownOpError",
     "build_cases",
-    "build_perf_cases",
     "build_opinfo_index",
     "checkable_here",
     "default_dtypes",
@@ -217,10 +216,13 @@ def build_cases(
     max_inputs: int = 32,
     trace_file: str | None = None,
     trace: dict[str, list[dict[str, Any]]] | None = None,
+    perf_only: bool = False,
 ) -> tuple[list[Case], list[Case]]:
     """(correctness cases, performance cases) for ``op`` in ``suite`` on ``device``. torchbench: the
     inputs are ``trace`` (the part of a trace for ``op``, sent with the request) when given, else those
-    of the trace file at ``trace_file`` (the bundled one by default)."""
+    of the trace file at ``trace_file`` (the bundled one by default). ``perf_only``: the correctness
+    cases may be left out (smoke builds none then): the judge draws the performance cases afresh for
+    each of hundreds of timed calls."""
     torch_dtypes = [dtype_of(d) for d in dtypes]
     base = op.split(".")[0]
     if suite in ("smoke", "facto"):
@@ -228,7 +230,9 @@ def build_cases(
         if base not in known:
             raise UnknownOpError(f"op {op!r} is not in the {suite} suite; its ops are: {', '.join(known)}")
         specs = SMOKE_CORRECTNESS[base] if suite == "smoke" else facto_samples(base)
-        correctness = _from_specs(base, specs, "correctness", torch_dtypes, device, seed)[:max_inputs]
+        correctness = []
+        if not (perf_only and suite == "smoke"):
+            correctness = _from_specs(base, specs, "correctness", torch_dtypes, device, seed)[:max_inputs]
         perf = []
         if suite == "smoke":
             perf = _from_specs(
@@ -251,28 +255,3 @@ def build_cases(
     correctness = [c for c in correctness if matches_op(op, c.overload)]
     perf = [c for c in perf if matches_op(op, c.overload)]
     return correctness, perf
-
-
-def build_perf_cases(
-    op: str,
-    suite: str,
-    *,
-    device: str,
-    dtypes: list[str],
-    seed: int = 0,
-    max_inputs: int = 32,
-    trace_file: str | None = None,
-    trace: dict[str, list[dict[str, Any]]] | None = None,
-) -> list[Case]:
-    """The performance cases :func:`build_cases` gives for the same arguments, without building the
-    correctness ones where the suite allows it (smoke). The judge draws them afresh for every timed call
-    (hundreds a reading on a GPU), where building every correctness case as well took 1-18 ms each on
-    CPU."""
-    base = op.split(".")[0]
-    if suite != "smoke" or base not in SMOKE_OPS:
-        return build_cases(
-            op, suite, device=device, dtypes=dtypes, seed=seed, max_inputs=max_inputs,
-            trace_file=trace_file, trace=trace,
-        )[1]  # fmt: skip
-    perf = _from_specs(base, SMOKE_PERFORMANCE[base], "performance", [torch.float32], device, seed + 1)
-    return [c for c in perf if matches_op(op, c.overload)]
