@@ -2,7 +2,7 @@
 # The GPU checks a change to judging or timing owes, in one device call, most important first, each
 # under its own time limit so that one slow step cannot starve the rest; everything lands in $OUT.
 #
-#   bash bench/gpu_checks.sh [STEP ...]     steps: tests adversarial fidelity backendbench level1
+#   bash bench/gpu_checks.sh [STEP ...]     steps: tests adversarial fidelity backendbench selfcheck level1
 #
 # On the lent H100: carry the wheels (.whl: ../shared/device/wheels.sh, plus expecttest for OpInfo) and
 # the KernelBench problems (.gpudata/problems.jsonl, for level1). One device call runs at most 10 minutes:
@@ -20,7 +20,7 @@ export PYTHONPATH=$PWD/src:$PWD/services/kernel-service/src:$PWD/runners/backend
 export PYTHONUNBUFFERED=1
 INDEX=bench/results/opinfo_index_h100_torch2.11.json  # skips a ~44 s rebuild when the torch matches
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(tests adversarial fidelity backendbench level1)
+[ ${#steps[@]} -eq 0 ] && steps=(tests adversarial fidelity backendbench selfcheck level1)
 
 step() {  # name, seconds, command...
   local name=$1 limit=$2
@@ -40,8 +40,9 @@ for s in "${steps[@]}"; do
       python3 -c "import torch, json, sys; sys.exit(json.load(open('$INDEX')).get('torch') != torch.__version__)" \
         && cp "$INDEX" services/kernel-service/src/kernel_service/backendbench/data/opinfo_ops.json
       step backendbench 200 python3 bench/backendbench_suite_speed.py --index auto --runs 2 --out "$OUT/backendbench.json" ;;
+    selfcheck) step selfcheck 150 python3 bench/selfcheck_probe.py --out "$OUT/selfcheck_probe.json" ;;
     level1) step level1 560 python3 bench/kernelbench_gpu.py --model reference --dataset-file .gpudata/problems.jsonl \
       --level 1 --output-dir /tmp/kb --run-id l1 --budget-s 500 --out "$OUT/level1.json" ;;
-    *) echo "unknown step $s (tests adversarial fidelity backendbench level1)"; exit 2 ;;
+    *) echo "unknown step $s (tests adversarial fidelity backendbench selfcheck level1)"; exit 2 ;;
   esac
 done
