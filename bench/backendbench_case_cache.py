@@ -8,13 +8,13 @@ side by side in one run.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from _report import save_report
 from _sources import use_sources
 
 use_sources("backendbench-runner")
@@ -67,8 +67,7 @@ def main() -> int:
     }
     print(f"kept / built: {report['kept_over_built']:.2f}")
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=1))
+        save_report(args.out, report)
     return 0
 
 

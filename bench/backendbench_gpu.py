@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _report import save_report
 from _sources import ROOT, use_sources  # bench/ (the script's dir) is on sys.path
 
 use_sources("backendbench-runner")
@@ -159,8 +160,7 @@ def main() -> int:
         "runs": runs,
         "per_op": sorted(results, key=lambda r: (r["suite"], r["op"])),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    save_report(args.out, report)
     print(json.dumps({"total_s": round(total_s, 1), "summary": summary, "ran_on_cpu": on_cpu[:5]}, indent=1))
     ok = not on_cpu and all(s["correct"] == s["ops"] > 0 for s in summary.values())
     return 0 if ok else 1

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _report import save_report
 from _sources import use_sources
 
 use_sources("backendbench-runner")
@@ -129,8 +130,7 @@ def main() -> int:
             report["per_case"].append(row)
             print(json.dumps(row)[:1500], flush=True)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=1))
+        save_report(args.out, report)
     return 0
 
 

@@ -21,7 +21,6 @@ took longer than ``--max-wall`` (10 s), or the self-check leaves the band.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import platform
 import re
@@ -32,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _report import save_report
 from _sources import ROOT, use_sources  # bench/ (the script's dir) is on sys.path
 
 use_sources("backendbench-runner")
@@ -258,8 +258,7 @@ def main() -> int:
         },
         "self_check_rounds": [{"trials": t, "ops": r} for t, r in zip(args.trials, rounds, strict=True)],
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    save_report(args.out, report)
     print(
         f"opinfo: {len(rows) - len(not_correct)}/{len(rows)} correct, suite wall {suite['suite_wall_s']:.1f}s "
         f"(run loop {suite['engine_wall_s']}s), exit {suite['exit_code']}"

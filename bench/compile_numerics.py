@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from _report import save_report
 
 
 def _load(code: str) -> tuple[Any, Any, Any]:
@@ -94,7 +95,7 @@ def main() -> int:
             report["problems"][name] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
         torch.cuda.empty_cache()
         print(name, json.dumps(report["problems"][name]), flush=True)
-        args.out.write_text(json.dumps(report, indent=1) + "\n")  # after each: a time limit keeps the rest
+        save_report(args.out, report)  # after each: a time limit keeps the rest
     return 0
 
 

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _report import save_report
 from _sources import use_sources  # bench/ (the script's dir) is on sys.path
 
 use_sources("kernelbench-runner")
@@ -205,8 +206,7 @@ def main() -> int:
         **summary,
         "runner_output_tail": tail if code else "",
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    save_report(args.out, report)
     brief = {k: v for k, v in report.items() if k not in ("per_task", "runner_output_tail")}
     print(json.dumps(brief, indent=1)[:6000])
     if args.tar:

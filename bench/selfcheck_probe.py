@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _report import save_report
 from _sources import use_sources
 
 use_sources("backendbench-runner")
@@ -101,8 +102,7 @@ def main() -> int:
             f"{arrangement:6s} median {statistics.median(values):.4f} range {min(values):.4f}-{max(values):.4f}"
         )
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=1) + "\n")
+        save_report(args.out, report)
     judge.close()
     return 0
 

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _report import save_report
 from _sources import use_sources
 
 use_sources()
@@ -198,8 +199,7 @@ def main() -> int:
     report["part_b"] = part_b(args.calls, args.jobs)
     report["wall_s"] = time.perf_counter() - t0
     assert args.out is not None
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1))
+    save_report(args.out, report)
     return 0
 
 

@@ -14,7 +14,6 @@ The service must read within +-5% of the independent figure for kernels >= 50 us
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import sys
@@ -22,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _report import save_report
 from _sources import use_sources
 
 use_sources()
@@ -273,8 +273,7 @@ def main() -> int:
         "side_stream_cheat": {k: side.get(k) for k in ("outcome", "speedup", "message")},
         "wall_s": time.perf_counter() - t0,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1))
+    save_report(args.out, report)
     print(
         f"{'kernel':52} {'indep ref/new ms':>20} {'service ref/new ms':>20} {'x indep':>8} {'x svc':>8} within"
     )
