@@ -132,7 +132,14 @@ def test_the_shared_kernel_cache_is_read_only_to_the_candidate(
     assert res.outcome == "correct", res.message
     assert "POISON refused:" in (res.output or ""), res.output
     assert "nvrtc-cache" in (res.output or ""), res.output
-    assert not list(adv.work_dir.rglob(f"poison-{adv.marker}*"))
+    # os.walk, not rglob: the job's directory may still be being removed after the answer
+    planted = [
+        n
+        for _, dirs, files in os.walk(adv.work_dir)
+        for n in dirs + files
+        if n.startswith(f"poison-{adv.marker}")
+    ]
+    assert not planted
 
 
 def test_no_network(adv: AdversarialService, client: httpx.Client) -> None:
