@@ -2,7 +2,7 @@
 # The GPU checks a change to judging or timing owes, in one device call, most important first, each
 # under its own time limit so that one slow step cannot starve the rest; everything lands in $OUT.
 #
-#   bash bench/gpu_checks.sh [STEP ...]     steps: tests adversarial fidelity backendbench selfcheck level1
+#   bash bench/gpu_checks.sh [STEP ...]     steps: tests adversarial fidelity backendbench selfcheck level1 bbprofile
 #
 # On the lent H100: carry the wheels (.whl: ../shared/device/wheels.sh, plus expecttest for OpInfo) and
 # the KernelBench problems (.gpudata/problems.jsonl, for level1). One device call runs at most 10 minutes:
@@ -22,6 +22,11 @@ INDEX=bench/results/opinfo_index_h100_torch2.11.json  # skips a ~44 s rebuild wh
 steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(tests adversarial fidelity backendbench selfcheck level1)
 
+h100_index() {  # the opinfo index built on the H100 for this torch, if it matches
+  python3 -c "import torch, json, sys; sys.exit(json.load(open('$INDEX')).get('torch') != torch.__version__)" \
+    && cp "$INDEX" services/kernel-service/src/kernel_service/backendbench/data/opinfo_ops.json
+}
+
 step() {  # name, seconds, command...
   local name=$1 limit=$2
   shift 2
@@ -37,12 +42,14 @@ for s in "${steps[@]}"; do
     adversarial) step adversarial 75 python3 bench/adversarial/run_gpu.py --out "$OUT/adversarial.json" ;;
     fidelity) step fidelity 60 python3 bench/timing_fidelity.py --calls 100 --mps off --jobs 2 --out "$OUT/fidelity.json" ;;
     backendbench)
-      python3 -c "import torch, json, sys; sys.exit(json.load(open('$INDEX')).get('torch') != torch.__version__)" \
-        && cp "$INDEX" services/kernel-service/src/kernel_service/backendbench/data/opinfo_ops.json
+      h100_index
       step backendbench 200 python3 bench/backendbench_suite_speed.py --index auto --runs 2 --out "$OUT/backendbench.json" ;;
+    bbprofile)
+      h100_index
+      step bbprofile 250 python3 bench/backendbench_profile.py --slow 2 --out "$OUT/bbprofile.json" ;;
     selfcheck) step selfcheck 150 python3 bench/selfcheck_probe.py --out "$OUT/selfcheck_probe.json" ;;
     level1) step level1 560 python3 bench/kernelbench_gpu.py --model reference --dataset-file .gpudata/problems.jsonl \
       --level 1 --output-dir /tmp/kb --run-id l1 --budget-s 500 --out "$OUT/level1.json" ;;
-    *) echo "unknown step $s (tests adversarial fidelity backendbench selfcheck level1)"; exit 2 ;;
+    *) echo "unknown step $s (tests adversarial fidelity backendbench selfcheck level1 bbprofile)"; exit 2 ;;
   esac
 done

@@ -55,6 +55,17 @@ def performances(verdicts: list[dict[str, Any]]) -> dict[str, float]:
     return {v["op"]: round(float(v["performance"]), 4) for v in verdicts}
 
 
+def hops(verdicts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per op: the path's cost through the reference process (subtracted from both sides), through the
+    candidate's own, the calls a reading, and what their difference alone would make of the ratio."""
+    out = {}
+    for v in verdicts:
+        gate = v.get("timing_gate") or {}
+        ref, cand, calls = gate.get("null_us"), gate.get("candidate_null_us"), gate.get("calls_per_reading")
+        out[v["op"]] = {"null_us": ref, "candidate_null_us": cand, "calls": calls}
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path)
@@ -80,9 +91,9 @@ def main() -> int:
     for r in range(args.rounds):
         row: dict[str, Any] = {}
         t0 = time.perf_counter()
-        row["as_is"] = performances(
-            evaluator.evaluate_batch([request(op, args.trials) for op in ops], judge)["verdicts"]
-        )
+        as_is = evaluator.evaluate_batch([request(op, args.trials) for op in ops], judge)["verdicts"]
+        row["as_is"] = performances(as_is)
+        row["as_is_hops"] = hops(as_is)
         evaluator._time_cases = spun
         try:
             row["spun"] = performances(
@@ -92,6 +103,7 @@ def main() -> int:
             evaluator._time_cases = original
         twice = evaluator.evaluate_batch([request(op, args.trials) for op in ops for _ in range(2)], judge)
         row["twice"] = performances(twice["verdicts"][1::2])
+        row["twice_hops"] = hops(twice["verdicts"][1::2])
         row["wall_s"] = round(time.perf_counter() - t0, 1)
         report["rounds"].append(row)
         print(f"round {r + 1}: {json.dumps(row)}", flush=True)

@@ -122,6 +122,32 @@ def test_timing_cheats_against_the_judge_gain_nothing(gpu_server: RunningServer)
     assert honest.speedup is not None and 0.95 < honest.speedup < 1.05, honest.speedup
 
 
+def test_a_steady_kernel_is_timed_until_its_median_is_precise(gpu_server: RunningServer) -> None:
+    """A steady 4096^2 matmul (~2 ms: one call a reading) against itself: with the default precision each
+    side stops after a few dozen readings, not perf_trials, and still reads ~1x; ``perf_precision=0``
+    takes every trial."""
+    ref = REF_MATMUL.replace("2048", "4096")
+    honest = ref + "\nModelNew = Model\n"
+    answers = []
+    with httpx.Client(base_url=gpu_server.url, timeout=900) as c:
+        for precision in (0.0025, 0.0):
+            opts = {**OPTS, "perf_trials": 100, "perf_precision": precision}
+            r = c.post("/v1/evaluate", json={"reference": ref, "solution": honest, "options": opts})
+            answers.append(KernelEvalResponse.model_validate(r.json()))
+    adaptive, full = answers
+    for res in answers:
+        assert res.outcome == "correct", res.message
+        assert res.speedup is not None and 0.97 < res.speedup < 1.03, (res.speedup, res.timing_gate)
+        assert res.timing_gate is not None
+    assert full.timing_gate is not None and adaptive.timing_gate is not None
+    n = full.timing_gate["calls_per_reading"]
+    assert full.timing_gate["readings"] == max(-(-100 // n), 10), full.timing_gate
+    assert 20 <= adaptive.timing_gate["readings"] < full.timing_gate["readings"], adaptive.timing_gate
+    assert "standard error" in (adaptive.timing_method or "") and "standard error" not in (
+        full.timing_method or ""
+    )
+
+
 BIG_REF = """
 import torch
 import torch.nn as nn

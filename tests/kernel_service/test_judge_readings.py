@@ -150,3 +150,26 @@ def test_inputs_kept_after_a_call_are_a_copy_that_keeps_strides_and_later_calls_
     run.call("candidate", [torch.full((4, 3), 5.0)])  # the same arena, written and scaled again
     torch.testing.assert_close(kept[0][0], x * 2)
     torch.testing.assert_close(call.inputs_after()[0][0], torch.full((4, 3), 10.0))  # views are not kept
+
+
+def test_a_sides_readings_end_once_their_median_is_precise() -> None:
+    """GPU timing stops a side's readings once the median's standard error is within the asked share of
+    the time measured (never before PRECISE_MIN_READINGS); a noisy side, or a slow odd reading among
+    steady ones, is handled as it should be."""
+    import random
+
+    from kernel_service.judge import PRECISE_MIN_READINGS, precise
+
+    rng = random.Random(7)
+    steady = [10.0 + rng.gauss(0, 0.02) for _ in range(PRECISE_MIN_READINGS)]  # 0.2% spread
+    assert precise(steady, 0.0, 0.0025)
+    assert not precise(steady[:-1], 0.0, 0.0025)  # too few readings, however steady
+    assert not precise(steady, 0.0, 0.0)  # 0: always every trial
+    noisy = [10.0 + rng.gauss(0, 0.5) for _ in range(100)]  # 5% spread: 0.6% standard error at 100
+    assert not precise(noisy, 0.0, 0.0025)
+    assert precise(noisy, 0.0, 0.01)
+    # the path's cost is not part of the time measured: 0.3 ms of it around a 0.05 ms kernel
+    short = [0.35 + rng.gauss(0, 0.001) for _ in range(PRECISE_MIN_READINGS)]
+    assert precise(short, 0.0, 0.0025) and not precise(short, 0.3, 0.0025)
+    # a few far-off readings (a host pause) do not stop a steady side from being precise
+    assert precise(steady + [50.0, 80.0], 0.0, 0.0025)

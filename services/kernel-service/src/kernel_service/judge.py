@@ -68,6 +68,8 @@ MIN_TIMED_TRIALS = 5
 MIN_READINGS = 10
 #: Gated calls of the reference side that choose the calls per reading.
 ESTIMATE_CALLS = 3
+#: Timed readings of a side before their precision (``EvalOptions.perf_precision``) may end its timing.
+PRECISE_MIN_READINGS = 20
 #: GPU memory the judge may still hold after a job before its worker is replaced: one problem's
 #: inputs take gigabytes, and what the judge keeps the next job's two sides cannot allocate.
 JUDGE_LEAK_BYTES = 64 << 20
@@ -785,6 +787,9 @@ def _time(
     if isinstance(base, GpuTimer) and warm_ms:
         m = candidate_reading_size(n, (min(warm_ms) - base.null_ms) / n, cap, opts.perf_trials)
     readings = reading_count(opts.perf_trials, m)
+    # on a GPU a side's readings end once their median is precise enough (a 37 ms kernel's 100 readings
+    # a side took 9 s of a level-1 sweep's 5 minutes; such kernels vary by well under 1%)
+    rel = opts.perf_precision if isinstance(base, GpuTimer) else 0.0
     new_raw: list[float] = []
     checked: list[tuple[int, Any]] = []  # (seed, output) of every timed call, checked against the reference's
     for i in range(readings):
@@ -797,6 +802,11 @@ def _time(
         checked.extend(zip(seeds, timed.out, strict=True))
         if time.perf_counter() - started > budget and len(new_raw) >= MIN_TIMED_TRIALS:
             break
+        if precise(new_raw, base.null_ms, rel):
+            break
+    candidate_null_ms = calibrate(
+        run, base, timers["candidate"], [(get_inputs(warm_seed), {})], role="candidate"
+    )
     run.end_candidate()
 
     # the null calls draw a candidate's reading of inputs: their preparation is its baseline
@@ -821,21 +831,54 @@ def _time(
                 ref_raw.append(timed.ms)
             for out, (_, snap) in zip(timed.out, chunk, strict=True):
                 mismatch = mismatch or _mismatch(out, snap, atol, rtol)
+        # every seed the candidate ran is replayed; then, while the reference's median is less precise
+        # than the candidate's was asked to be, readings on fresh seeds (no candidate output to check)
+        while (
+            rel > 0
+            and not precise(ref_raw, null_ms, rel)
+            and len(ref_raw) < reading_count(opts.perf_trials, n)
+            and time.perf_counter() - started <= budget
+        ):
+            timed = reading("reference", [fresh_seed() for _ in range(n)])
+            assert timed.ms is not None
+            ref_raw.append(timed.ms)
     else:
         for seed, snap in checked:
             if mismatch is None:
                 mismatch = _mismatch(unwrap(run.call("reference", get_inputs(seed)).out), snap, atol, rtol)
     gate = None
     if isinstance(base, GpuTimer):
-        gate = {**base.report(), "calls_per_reading": n, "candidate_calls_per_reading": m}
+        gate = {**base.report(), "calls_per_reading": n, "candidate_calls_per_reading": m,
+                "readings": len(new_raw), "reference_readings": len(ref_raw),
+                "candidate_null_us": round(candidate_null_ms * 1e3, 2)}  # fmt: skip
     return {
         "ref": cached if cached is not None else TimingStats.of(net(ref_raw, null_ms, n)),
         "new": TimingStats.of(net(new_raw, null_ms, m)),
         "ref_cached": cached is not None,
-        "method": base.method,
+        "method": base.method
+        + (
+            f"; each side's readings end once their median's standard error is within "
+            f"{rel:.2%} of it (at least {PRECISE_MIN_READINGS} readings)"
+            if rel > 0
+            else ""
+        ),
         "mismatch": mismatch,
         "gate": gate,
     }
+
+
+def precise(raw: list[float], null_ms: float, rel: float) -> bool:
+    """Whether the median of ``raw`` (readings, each holding the path's cost ``null_ms``) is known to
+    within ``rel`` of the time it measures: its standard error, taken from the readings' median absolute
+    deviation (robust to the odd slow reading), against the median less the path's cost; never before
+    ``PRECISE_MIN_READINGS`` readings. A side cannot gain by it: every reading it ran is counted, and
+    one that varies only gets more readings."""
+    k = len(raw)
+    if rel <= 0 or k < PRECISE_MIN_READINGS:
+        return False
+    med = statistics.median(raw)
+    spread = 1.4826 * statistics.median(abs(x - med) for x in raw)  # a standard deviation, robustly
+    return math.sqrt(math.pi / 2) * spread / math.sqrt(k) <= rel * max(med - null_ms, 1e-9)
 
 
 def candidate_reading_size(n: int, call_ms: float, cap: int, perf_trials: int) -> int:
@@ -952,24 +995,28 @@ def net(raw: list[float], null_ms: float, calls: int = 1) -> list[float]:
 def calibrate(
     run: Run,
     base: GpuTimer | CpuTimer,
-    ref_timer: Timer,
+    timer: Timer,
     sets: list[tuple[list[Any], dict[str, Any]]],
     draw: Callable[[], list[tuple[list[Any], dict[str, Any]]]] | None = None,
+    role: str = "reference",
 ) -> float:
     """The path's own cost per reading, from null calls of the reference side with a reading's inputs
     (``sets``) written, as for a real reading (their preparation time is the baseline); ``draw``: drawn
-    into the arena again for each null call, as readings made by :meth:`Run.drawn` are."""
+    into the arena again for each null call, as readings made by :meth:`Run.drawn` are. With ``role``
+    "candidate": the same through the candidate's process, for the report only (:meth:`GpuTimer.side_null`)."""
     if isinstance(base, CpuTimer):
         return 0.0
     values = [(list(a), dict(k)) for a, k in sets]
-    arena = run.arena("reference", "in", transport.layout_bytes(values))
+    arena = run.arena(role, "in", transport.layout_bytes(values))
     msg = {"op": "call", "null": True, "gated": True}
     packed, write = transport.pack(values, arena)
     msg["calls"] = packed
     if draw is not None:
         write = partial(run.draw, draw, arena, msg)
-    assert isinstance(ref_timer, GatedSide)
-    return base.calibrate_null(ref_timer, partial(run.ask, "reference", msg), write)
+    assert isinstance(timer, GatedSide)
+    if role != "reference":
+        return base.side_null(timer, partial(run.ask, role, msg), write)
+    return base.calibrate_null(timer, partial(run.ask, role, msg), write)
 
 
 def _mismatch(ref: Any, snap: Any, atol: float, rtol: float) -> str | None:

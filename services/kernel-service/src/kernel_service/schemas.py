@@ -44,6 +44,14 @@ class EvalOptions(StrictModel):
     correctness_trials: int = Field(default=5, ge=0, le=100)
     perf_trials: int = Field(default=100, ge=1, le=10_000)
     warmup: int = Field(default=10, ge=0, le=1000)
+    perf_precision: float = Field(
+        default=0.0025,
+        ge=0,
+        le=0.5,
+        description="GPU timing: a side's timed readings end once the standard error of their median is "
+        "within this share of it (after at least 20 readings), or at perf_trials calls; 0: always "
+        "perf_trials",
+    )
     atol: float | None = Field(default=None, ge=0, description="None: 1e-4 for fp32, 1e-2 for fp16/bf16")
     rtol: float | None = Field(default=None, ge=0, description="None: 1e-4 for fp32, 1e-2 for fp16/bf16")
     tolerance: float | None = Field(default=None, ge=0, description="shortcut: sets atol and rtol both")

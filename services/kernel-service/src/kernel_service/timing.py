@@ -288,6 +288,21 @@ class GpuTimer:
         side, with this job's inputs written as for a real call (their preparation time is the baseline).
         Call it with the candidate gone: nothing else may run on the GPU meanwhile."""
         self.prep["reference"] = []
+        self.null_ms = self._null_median(side, ask_null, write)
+        self.prep["null"], self.prep["reference"] = self.prep["reference"], []
+        return self.null_ms
+
+    def side_null(self, side: GatedSide, ask_null: Ask, write: Write) -> float:
+        """The path's cost (ms) through ``side``'s own process, measured as :meth:`calibrate_null` does
+        through the reference's, for the report only: it changes neither the calibration nor the
+        preparation records (a side may make its own null calls slow, so nothing is decided by it)."""
+        kept = {role: list(times) for role, times in self.prep.items()}
+        try:
+            return self._null_median(side, ask_null, write)
+        finally:
+            self.prep = kept
+
+    def _null_median(self, side: GatedSide, ask_null: Ask, write: Write) -> float:
         readings = []
         for i in range(NULL_CALLS + GATE_TRIES):
             ms, reply = side.time_call(ask_null, lambda r: lambda: None, write, i >= NULL_CALLS)
@@ -295,9 +310,7 @@ class GpuTimer:
                 readings.append(ms)
             if len(readings) >= NULL_CALLS:
                 break
-        self.null_ms = statistics.median(readings) if readings else 0.0
-        self.prep["null"], self.prep["reference"] = self.prep["reference"], []
-        return self.null_ms
+        return statistics.median(readings) if readings else 0.0
 
     def check(self, baseline: str) -> None:
         """Raise :class:`PrepError` when the candidate's calls slowed the judge's preparation of them
