@@ -57,7 +57,8 @@ def performances(verdicts: list[dict[str, Any]]) -> dict[str, float]:
 
 def hops(verdicts: list[dict[str, Any]]) -> dict[str, Any]:
     """Per op: the path's cost through the reference process (subtracted from both sides), through the
-    candidate's own, the calls a reading, and what their difference alone would make of the ratio."""
+    candidate's own, and the calls a reading (a difference of the two costs, divided among the calls,
+    would shift the candidate's time per call)."""
     out = {}
     for v in verdicts:
         gate = v.get("timing_gate") or {}

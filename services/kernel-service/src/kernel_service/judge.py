@@ -804,9 +804,8 @@ def _time(
             break
         if precise(new_raw, base.null_ms, rel):
             break
-    candidate_null_ms = calibrate(
-        run, base, timers["candidate"], [(get_inputs(warm_seed), {})], role="candidate"
-    )
+    # reported only (a null call ignores its inputs: none are written)
+    candidate_null_ms = calibrate(run, base, timers["candidate"], [([], {})], role="candidate")
     run.end_candidate()
 
     # the null calls draw a candidate's reading of inputs: their preparation is its baseline

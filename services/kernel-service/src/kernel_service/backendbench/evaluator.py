@@ -1004,10 +1004,11 @@ def _time_cases(
             assert call.ms is not None
             kernel_raw[j].append(call.ms)
             outs[j].append(call.out)
-    one = [(list(cases[0].args), cases[0].kwargs)]
-    candidate_null_ms = calibrate(run, base, timers["candidate"], one, role="candidate")  # reported only
+    candidate_null_ms = calibrate(
+        run, base, timers["candidate"], [([], {})], role="candidate"
+    )  # reported only
     run.end_candidate()
-    null_ms = calibrate(run, base, timers["reference"], one)
+    null_ms = calibrate(run, base, timers["reference"], [(list(cases[0].args), cases[0].kwargs)])
     ref_raw: list[list[float]] = [[] for _ in cases]
     bad: dict[int, str] = {}
     warm_up("reference")
