@@ -61,7 +61,7 @@ def test_gpu_kernels_outcomes_and_recovery(gpu_server: RunningServer) -> None:
     )
     for res in (ok, tri):
         assert res.outcome == "correct", f"{res.message}\n{res.compile_log}\n{res.traceback}"
-        assert res.device and res.device.startswith("cuda") and res.hardware and "H100" in res.hardware
+        assert res.device and res.device.startswith("cuda") and (res.hardware or "").startswith("NVIDIA")
         assert res.speedup is not None and res.speedup > 1.2, res.speedup  # 1 fused kernel vs 3
         assert res.timing_method and "CUDA events" in res.timing_method
     assert wrong.outcome == "incorrect", wrong.message
