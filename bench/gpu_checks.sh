@@ -2,7 +2,7 @@
 # The GPU checks a change to judging or timing owes, in one device call, most important first, each
 # under its own time limit so that one slow step cannot starve the rest; everything lands in $OUT.
 #
-#   bash bench/gpu_checks.sh [STEP ...]     steps: tests adversarial fidelity backendbench selfcheck level1 bbprofile
+#   bash bench/gpu_checks.sh [STEP ...]     steps: tests adversarial fidelity backendbench selfcheck level1 bbprofile drift
 #
 # On the lent H100: carry the wheels (.whl: ../shared/device/wheels.sh, plus expecttest for OpInfo) and
 # the KernelBench problems (.gpudata/problems.jsonl, for level1). One device call runs at most 10 minutes:
@@ -48,8 +48,9 @@ for s in "${steps[@]}"; do
       h100_index
       step bbprofile 250 python3 bench/backendbench_profile.py --slow 2 --out "$OUT/bbprofile.json" ;;
     selfcheck) step selfcheck 150 python3 bench/selfcheck_probe.py --out "$OUT/selfcheck_probe.json" ;;
+    drift) step drift 150 python3 bench/process_drift_probe.py --out "$OUT/process_drift.json" ;;
     level1) step level1 560 python3 bench/kernelbench_gpu.py --model reference --dataset-file .gpudata/problems.jsonl \
       --level 1 --output-dir /tmp/kb --run-id l1 --budget-s 500 --out "$OUT/level1.json" ;;
-    *) echo "unknown step $s (tests adversarial fidelity backendbench selfcheck level1 bbprofile)"; exit 2 ;;
+    *) echo "unknown step $s (tests adversarial fidelity backendbench selfcheck level1 bbprofile drift)"; exit 2 ;;
   esac
 done
