@@ -565,21 +565,23 @@ class Sides:
         side = self.run.sides.get(role)
         return side is not None and side.alive
 
-    def start(self, role: str) -> None:
-        """Fork ``role`` afresh (killing the old one) with arenas of its own."""
+    def start(self, *roles: str) -> None:
+        """Fork each of ``roles`` afresh (killing the old one) with arenas of its own; several start at
+        once (each side's set-up, its CUDA context above all, takes ~0.3 s on the H100)."""
         run = self.run
-        if role in run.sides:
-            run.kill(role)
-            for which in ("in", "out"):  # the new process has mapped none of the old one's arenas
-                arena = run.arenas.pop((role, which), None)
-                if arena is not None:
-                    arena.close()
-        run.fork(role, self.build_dir)
-        run.ask(role, {"op": "setup", "device": str(run.device), "build_dir": self.build_dir})
-        self.callable[role] = "kernel"
-        if role == "candidate":
-            self.loaded = 0
-            self.kernel = None
+        for role in roles:
+            if role in run.sides:
+                run.kill(role)
+                for which in ("in", "out"):  # the new process has mapped none of the old one's arenas
+                    arena = run.arenas.pop((role, which), None)
+                    if arena is not None:
+                        arena.close()
+            run.fork(role, self.build_dir)
+            self.callable[role] = "kernel"
+            if role == "candidate":
+                self.loaded = 0
+                self.kernel = None
+        run.ask_each({role: {"op": "setup", "device": str(run.device), "build_dir": self.build_dir} for role in roles})
 
     def use(self, role: str, what: str) -> bool:
         """Make ``role``'s callable the driver that runs many inputs a call, or the kernel again; False
@@ -613,11 +615,9 @@ class Sides:
 
     def candidate(self, shared: bool) -> bool:
         """Make the candidate process ready for the next kernel; True when it already holds others'."""
-        if not self.alive("reference"):
-            self.start("reference")
         self.shared = shared and self.alive("candidate") and self.loaded > 0
-        if not self.shared:
-            self.start("candidate")
+        roles = [] if self.alive("reference") else ["reference"]
+        self.start(*roles, *([] if self.shared else ["candidate"]))
         return self.shared
 
 
