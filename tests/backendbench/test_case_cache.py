@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import Any
 
+import pytest
 import torch
-from kernel_service.backendbench.case_cache import CaseCache, key_of
+from kernel_service.backendbench.case_cache import Answer, CaseCache, key_of
 from kernel_service.backendbench.evaluator import Prepared, case_cache, evaluate_batch, prepare
 from kernel_service.backendbench.references import reference_source
 from kernel_service.backendbench.schemas import BackendBenchEvalRequest
 from kernel_service.harness import probe_environment
-from kernel_service.judge import Judge
+from kernel_service.judge import Judge, Run
 from kernel_service.sandbox import HardenPolicy
 
 #: Writes its input, then answers with relu of the zeroed tensor: wrong, and the input is changed.
@@ -76,3 +78,58 @@ def test_the_cache_keeps_the_most_recent_ops_within_its_bytes() -> None:
     for seed in range(3):
         small.put(("op", seed), kept.correctness, kept.perf, set())
     assert len(small) == 2 and small.get(("op", 0)) is None and small.get(("op", 2)) is not None
+
+
+#: relu that is wrong on negative inputs (passes them through).
+WRONG_RELU = """import torch
+def relu__default_kernel_impl(x):
+    return x.clone()
+"""
+
+
+def test_the_ops_answers_are_kept_and_a_warm_pass_judges_kernels_without_the_reference(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    forked: list[str] = []
+    fork = Run.fork
+
+    def spy(self: Run, role: str, build_dir: str) -> Any:
+        forked.append(role)
+        return fork(self, role, build_dir)
+
+    monkeypatch.setattr(Run, "fork", spy)
+    body = {"dataset": "backendbench-opinfo", "op": "relu.default", "suite": "opinfo"}
+    with tempfile.TemporaryDirectory() as tmp:
+        judge = own_judge(Path(tmp))
+        (first,) = evaluate_batch([{**body, "source": reference_source("relu.default")}], judge)["verdicts"]
+        assert first["outcome"] == "correct" and forked == ["reference", "candidate"]
+        kept = prepare(request("relu.default"), case_cache(judge))
+        assert isinstance(kept, Prepared) and kept.answered  # every input's answer kept
+        forked.clear()
+        verdicts = evaluate_batch(
+            [{**body, "source": s} for s in (ZEROES_ITS_INPUT, WRONG_RELU, reference_source("relu.default"))],
+            judge,
+        )["verdicts"]
+    # judged on the kept answers alone: no reference process; each wrong kernel still caught, and a
+    # wrong kernel's verdict is reached again in a candidate process of its own (never a reference)
+    assert "reference" not in forked, forked
+    zeroes, wrong, honest = verdicts
+    assert zeroes["outcome"] == "incorrect" and "input differs after the call" in zeroes["feedback"]
+    assert wrong["outcome"] == "incorrect"
+    assert honest["outcome"] == "correct", honest["feedback"]
+    assert honest["n_correctness_inputs"] == first["n_correctness_inputs"]
+
+
+def test_answers_beyond_the_byte_budget_are_not_kept() -> None:
+    kept = prepare(request("abs.default"))
+    assert isinstance(kept, Prepared)
+    cache = CaseCache()
+    cache.put(("op",), kept.correctness, kept.perf, set())
+    size = cache.get(("op",)).nbytes  # type: ignore[union-attr]
+    answer = Answer(kept.correctness[0].args[0].clone(), ([], {}), [None])
+    tight = CaseCache(max_bytes=size)
+    tight.put(("op",), kept.correctness, kept.perf, set())
+    tight.keep_answers(("op",), {0: answer})
+    assert tight.answers(("op",)) == {}  # over the budget: inputs kept, answer not
+    cache.keep_answers(("op",), {0: answer})
+    assert cache.answers(("op",)) == {0: answer} and cache.get(("op",)).nbytes > size  # type: ignore[union-attr]

@@ -6,6 +6,11 @@ calls took ~31 ms an op on the H100, about a third of an opinfo op's time, on a 
 GIL with the judge. The same op judged again (another model's kernels, an RL loop's next attempt, a
 suite run twice) gets the same inputs, so they are built once per worker. They stay the judge's: each
 side only ever gets its own copy, written into its arena, so no kernel can change what the next one sees.
+
+The op's own answers for those inputs (:class:`Answer`: outputs, inputs after the call, aliasing) are
+kept with them once the reference process gave them: they depend on nothing else (op, inputs, device and
+torch are all in the key), so the op judged again asks the reference process only for inputs it has not
+answered, and a warm suite's correctness pass runs the kernel alone.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import hashlib
 import json
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -27,12 +32,24 @@ MAX_BYTES = 256 << 20
 
 
 @dataclass(frozen=True)
+class Answer:
+    """The op's answer for one input, in the judge's own memory: its outputs, its inputs as the call left
+    them (in-place and ``out=`` variants) and, per output tensor, the input it aliases (None: new memory)."""
+
+    out: Any
+    inputs_after: tuple[list[Any], dict[str, Any]]
+    aliases: list[int | None]
+
+
+@dataclass
 class Entry:
     correctness: list[Case]
     perf: list[Case]
     forbidden: set[str]
     nbytes: int
     device_nbytes: int
+    #: the op's answers, by the input's position in ``correctness + perf``
+    answers: dict[int, Answer] = field(default_factory=dict)
 
 
 def key_of(req: BackendBenchEvalRequest, device: str, dtypes: list[str]) -> tuple[Any, ...]:
@@ -47,8 +64,8 @@ def key_of(req: BackendBenchEvalRequest, device: str, dtypes: list[str]) -> tupl
     )  # fmt: skip
 
 
-def _tensor_bytes(cases: list[Case]) -> tuple[int, int]:
-    """(all, on a GPU) bytes of the tensors in ``cases``, each storage counted once."""
+def _tensor_bytes(values: Any) -> tuple[int, int]:
+    """(all, on a GPU) bytes of the tensors in ``values`` (cases, answers), each storage counted once."""
     seen: dict[int, tuple[int, bool]] = {}
 
     def visit(v: Any) -> None:
@@ -61,9 +78,12 @@ def _tensor_bytes(cases: list[Case]) -> tuple[int, int]:
         elif isinstance(v, dict):
             for x in v.values():
                 visit(x)
+        elif isinstance(v, Case):
+            visit((v.args, v.kwargs))
+        elif isinstance(v, Answer):
+            visit((v.out, v.inputs_after))
 
-    for case in cases:
-        visit((case.args, case.kwargs))
+    visit(values)
     return sum(n for n, _ in seen.values()), sum(n for n, gpu in seen.values() if gpu)
 
 
@@ -91,8 +111,33 @@ class CaseCache:
         with self._lock:
             self._items[key] = Entry(correctness, perf, set(forbidden), nbytes, device_nbytes)
             self._items.move_to_end(key)
-            while sum(e.nbytes for e in self._items.values()) > self.max_bytes:
-                self._items.popitem(last=False)
+            self._evict(keep=key)
+
+    def answers(self, key: tuple[Any, ...]) -> dict[int, Answer] | None:
+        """The op's kept answers for the inputs under ``key`` (None: those inputs are not kept)."""
+        with self._lock:
+            entry = self._items.get(key)
+            return dict(entry.answers) if entry is not None else None
+
+    def keep_answers(self, key: tuple[Any, ...], answers: dict[int, Answer]) -> None:
+        """Keep ``answers`` (by input position) with the inputs under ``key``, within the byte budget."""
+        nbytes, device_nbytes = _tensor_bytes(list(answers.values()))
+        with self._lock:
+            entry = self._items.get(key)
+            if entry is None or entry.nbytes + nbytes > self.max_bytes:
+                return
+            entry.answers.update(answers)
+            entry.nbytes += nbytes
+            entry.device_nbytes += device_nbytes
+            self._evict(keep=key)
+
+    def _evict(self, keep: tuple[Any, ...]) -> None:
+        while sum(e.nbytes for e in self._items.values()) > self.max_bytes:
+            oldest = next(iter(self._items))
+            if oldest == keep:
+                self._items.move_to_end(keep)
+                oldest = next(iter(self._items))
+            self._items.pop(oldest)
 
     @property
     def device_nbytes(self) -> int:

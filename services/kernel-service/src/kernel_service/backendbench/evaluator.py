@@ -35,7 +35,7 @@ from ..judge import Call, Judge, Run, calibrate, foreign, net, reading_count, re
 from ..schemas import Outcome
 from ..timing import CpuTimer, GpuTimer, PrepError, Timer
 from ..transport import extent, layout_bytes
-from .case_cache import CaseCache, key_of
+from .case_cache import Answer, CaseCache, key_of
 from .compare import compare, tolerance
 from .detect import forbidden_packets, packet_name, tampering
 from .schemas import BackendBenchEvalRequest, BackendBenchEvalResponse, InputResult
@@ -331,14 +331,16 @@ def _groups(cases: list[Case]) -> list[list[Case]]:
     return groups
 
 
-def _grouped_check(
-    sides: Sides, req: BackendBenchEvalRequest, cases: list[Case]
-) -> list[tuple[Case, InputResult | None, set[str]]] | None:
-    """``cases`` through both sides in one call each: per input, its result (None: the op rejects it, not
-    a test) and the ops the kernel called. The kernel sees only the inputs the op accepts, as when each is
-    checked alone. None when the group must be checked input by input: the kernel raised on some input
-    (its own call gives the message), a side refused the group's outputs, or a driver would not load."""
+def _answers(sides: Sides, prep: Prepared, cases: list[Case], at: int) -> list[Answer | None] | None:
+    """The op's answer for each of ``cases`` (inputs ``at``, ``at + 1``, ... of the request; None: the op
+    rejects that input): kept ones where the group was answered before, else from the reference process
+    in one call (then kept, when every input was accepted). None when the reference's driver would not
+    load, its call failed, or its answer has the wrong shape."""
+    kept = [prep.answers.get(at + i) for i in range(len(cases))] if prep.answers is not None else []
+    if kept and all(a is not None for a in kept):
+        return kept
     run = sides.run
+    sides.reference()
     if not sides.use("reference", "driver"):
         return None
     ref_calls = [(str(c.overload), list(c.args), dict(c.kwargs)) for c in cases]
@@ -351,7 +353,34 @@ def _grouped_check(
     ref_out = ref_call.out
     if not _pairs(ref_out, len(cases)):
         return None
-    accepted = [i for i, (ok, _) in enumerate(ref_out) if ok]
+    keep = prep.answers is not None and all(ok for ok, _ in ref_out)
+    after = (ref_call.inputs_kept() if keep else ref_call.inputs_after())[0][0]
+    packed = ref_call.packed[0][0]
+    answers: list[Answer | None] = [
+        Answer(snapshot(out) if keep else unwrap(out), (list(after[i][1]), after[i][2]),
+               _side_aliases(out, packed[i][1:])) if ok else None
+        for i, (ok, out) in enumerate(ref_out)
+    ]  # fmt: skip
+    if keep and prep.answers is not None and prep.key is not None and prep.cache is not None:
+        new = {at + i: a for i, a in enumerate(answers) if a is not None}
+        prep.answers.update(new)
+        prep.cache.keep_answers(prep.key, new)
+    return answers
+
+
+def _grouped_check(
+    sides: Sides, prep: Prepared, cases: list[Case], at: int
+) -> list[tuple[Case, InputResult | None, set[str]]] | None:
+    """``cases`` (inputs ``at``, ``at + 1``, ... of the request) through both sides in one call each: per
+    input, its result (None: the op rejects it, not a test) and the ops the kernel called. The kernel sees
+    only the inputs the op accepts, as when each is checked alone. None when the group must be checked
+    input by input: the kernel raised on some input (its own call gives the message), a side refused the
+    group's outputs, or a driver would not load."""
+    run, req = sides.run, prep.req
+    answers = _answers(sides, prep, cases, at)
+    if answers is None:
+        return None
+    accepted = [i for i, a in enumerate(answers) if a is not None]
     found: list[tuple[Case, InputResult | None, set[str]]] = [(c, None, set()) for c in cases]
     if not accepted:
         return found
@@ -368,21 +397,20 @@ def _grouped_check(
     if not _pairs(ker_out, len(accepted)) or not all(ok for ok, _ in ker_out):
         return None  # the kernel raised on some input: its own call reports the error
     called = {str(c) for c in (ker_call.reply.get("called") or [])[:1000]}
-    ref_after = ref_call.inputs_after()[0][0]
     ker_after = ker_call.inputs_kept()[0][0]
-    ref_packed, ker_packed = ref_call.packed[0][0], ker_call.packed[0][0]
+    ker_packed = ker_call.packed[0][0]
     for j, i in enumerate(accepted):
-        case, ref_i = cases[i], ref_out[i][1]
+        case, answer = cases[i], answers[i]
+        assert answer is not None
         out = snapshot(ker_out[j][1])
         if why := foreign(out):
             result = _result(case, req)
             result.error = why
             found[i] = (case, result, called)
             continue
-        ref_inputs = (list(ref_after[i][1]), ref_after[i][2])
         ker_inputs = (list(ker_after[j][0]), ker_after[j][1])
         result = judge_case(
-            case, req, unwrap(ref_i), ref_inputs, _side_aliases(ref_i, ref_packed[i][1:]),
+            case, req, answer.out, answer.inputs_after, answer.aliases,
             out, ker_inputs, _side_aliases(ker_out[j][1], ker_packed[j]),
         )  # fmt: skip
         found[i] = (case, result, called)
@@ -457,6 +485,15 @@ class Prepared:
     started: float
     #: seconds spent preparing (a batch prepares the next op while this one runs: its own time only)
     prep_s: float = 0.0
+    #: where the inputs are kept (``cache`` under ``key``), and the op's answers kept with them so far
+    cache: CaseCache | None = None
+    key: tuple[Any, ...] | None = None
+    answers: dict[int, Answer] | None = None
+
+    @property
+    def answered(self) -> bool:
+        """Whether the op's answer for every input is kept (no reference process needed to check)."""
+        return self.answers is not None and len(self.answers) == len(self.correctness) + len(self.perf)
 
 
 def case_cache(judge: Judge) -> CaseCache:
@@ -540,7 +577,11 @@ def prepare(
             forbidden = forbidden_packets(req.op, correctness + perf) if opts.detect_original_op else set()
             if cache is not None:
                 cache.put(key, correctness, perf, forbidden)
-    return Prepared(req, device, base, correctness, perf, forbidden, started, time.perf_counter() - started)
+    answers = cache.answers(key) if cache is not None else None
+    return Prepared(
+        req, device, base, correctness, perf, forbidden, started, time.perf_counter() - started,
+        cache if answers is not None else None, key, answers,
+    )  # fmt: skip
 
 
 class Sides:
@@ -581,7 +622,9 @@ class Sides:
             if role == "candidate":
                 self.loaded = 0
                 self.kernel = None
-        run.ask_each({role: {"op": "setup", "device": str(run.device), "build_dir": self.build_dir} for role in roles})
+        run.ask_each(
+            {role: {"op": "setup", "device": str(run.device), "build_dir": self.build_dir} for role in roles}
+        )
 
     def use(self, role: str, what: str) -> bool:
         """Make ``role``'s callable the driver that runs many inputs a call, or the kernel again; False
@@ -613,12 +656,23 @@ class Sides:
         for side in run.sides.values():
             side.deadline = run.deadline
 
-    def candidate(self, shared: bool) -> bool:
-        """Make the candidate process ready for the next kernel; True when it already holds others'."""
+    def candidate(self, shared: bool, reference: bool = True) -> bool:
+        """Make the candidate process ready for the next kernel; True when it already holds others'.
+        The reference process is started with it when ``reference`` (the op's answers are not all
+        kept) and replaced when it died: a dead one at the end of an op died judging it."""
         self.shared = shared and self.alive("candidate") and self.loaded > 0
-        roles = [] if self.alive("reference") else ["reference"]
+        roles = ["reference"] if (reference and not self.alive("reference")) or self.reference_died() else []
         self.start(*roles, *([] if self.shared else ["candidate"]))
         return self.shared
+
+    def reference(self) -> None:
+        """Start the reference process if it is not running (its answers were kept until now)."""
+        if not self.alive("reference"):
+            self.start("reference")
+
+    def reference_died(self) -> bool:
+        """Whether the reference process was started and is dead."""
+        return "reference" in self.run.sides and not self.alive("reference")
 
 
 def _harness_verdict(prep: Prepared, err: HarnessError) -> BackendBenchEvalResponse:
@@ -670,7 +724,7 @@ def judge_prepared(
         resp = _harness_verdict(prep, err)
     # a verdict reached next to other kernels, or with a reference process that was found broken (and
     # replaced), is reached again: with a candidate process of its own and a fresh reference process
-    fresh_reference = sides.reference_replaced or not sides.alive("reference")
+    fresh_reference = sides.reference_replaced or sides.reference_died()
     if (sides.shared or fresh_reference) and resp.outcome != "correct":
         sides.run.phase = "startup"
         sides.reference_replaced = None
@@ -686,7 +740,7 @@ def judge_prepared(
 def _attempt(sides: Sides, prep: Prepared, shared: bool, ahead: Ahead) -> BackendBenchEvalResponse:
     """One go at the verdict (``sides.shared`` says whether the candidate process held other kernels)."""
     run, req = sides.run, prep.req
-    ran_shared = sides.candidate(shared)
+    ran_shared = sides.candidate(shared, reference=not prep.answered)
     loaded = _load(sides, req, prep.base)
     if loaded is not None:
         return loaded
@@ -699,6 +753,7 @@ def _attempt(sides: Sides, prep: Prepared, shared: bool, ahead: Ahead) -> Backen
     resp = _verdict(prep, checked)
     if resp.correctness and req.options.measure_performance and checked.perf:
         ahead.wait()
+        sides.reference()
         if ran_shared:  # timed in a process of its own, as when judged alone
             sides.start("candidate")
             if (again := _load(sides, req, prep.base)) is not None:
@@ -836,9 +891,12 @@ def _check(sides: Sides, prep: Prepared) -> Checked:
     kept_perf: list[Case] = []
     rejected = 0
     run.phase = "correctness"
+    at = 0
     for group in _groups(correctness_cases + perf_cases):
-        found = _grouped_check(sides, req, group) if _groupable(group) else None
+        found = _grouped_check(sides, prep, group, at) if _groupable(group) else None
+        at += len(group)
         if found is None:
+            sides.reference()
             _kernel_callable(sides, req, prep.base)
             found = []
             for case in group:
