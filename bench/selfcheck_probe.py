@@ -56,14 +56,13 @@ def performances(verdicts: list[dict[str, Any]]) -> dict[str, float]:
 
 
 def hops(verdicts: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per op: the path's cost through the reference process (subtracted from both sides), through the
-    candidate's own, and the calls a reading (a difference of the two costs, divided among the calls,
-    would shift the candidate's time per call)."""
+    """Per op: the path's cost through the reference process (subtracted from both sides) and the calls a
+    reading (the cost is divided among them). The path through a candidate's own process is measured by
+    ``process_drift_probe.py``: judging no longer spends null calls on it."""
     out = {}
     for v in verdicts:
         gate = v.get("timing_gate") or {}
-        ref, cand, calls = gate.get("null_us"), gate.get("candidate_null_us"), gate.get("calls_per_reading")
-        out[v["op"]] = {"null_us": ref, "candidate_null_us": cand, "calls": calls}
+        out[v["op"]] = {"null_us": gate.get("null_us"), "calls": gate.get("calls_per_reading")}
     return out
 
 

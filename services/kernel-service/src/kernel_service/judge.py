@@ -804,8 +804,6 @@ def _time(
             break
         if precise(new_raw, base.null_ms, rel):
             break
-    # reported only (a null call ignores its inputs: none are written)
-    candidate_null_ms = calibrate(run, base, timers["candidate"], [([], {})], role="candidate")
     run.end_candidate()
 
     # the null calls draw a candidate's reading of inputs: their preparation is its baseline
@@ -848,8 +846,7 @@ def _time(
     gate = None
     if isinstance(base, GpuTimer):
         gate = {**base.report(), "calls_per_reading": n, "candidate_calls_per_reading": m,
-                "readings": len(new_raw), "reference_readings": len(ref_raw),
-                "candidate_null_us": round(candidate_null_ms * 1e3, 2)}  # fmt: skip
+                "readings": len(new_raw), "reference_readings": len(ref_raw)}  # fmt: skip
     return {
         "ref": cached if cached is not None else TimingStats.of(net(ref_raw, null_ms, n)),
         "new": TimingStats.of(net(new_raw, null_ms, m)),
@@ -1002,7 +999,8 @@ def calibrate(
     """The path's own cost per reading, from null calls of the reference side with a reading's inputs
     (``sets``) written, as for a real reading (their preparation time is the baseline); ``draw``: drawn
     into the arena again for each null call, as readings made by :meth:`Run.drawn` are. With ``role``
-    "candidate": the same through the candidate's process, for the report only (:meth:`GpuTimer.side_null`)."""
+    "candidate": the same through the candidate's process, for probes only (:meth:`GpuTimer.side_null`:
+    a side may slow its own null calls, so a verdict never uses it)."""
     if isinstance(base, CpuTimer):
         return 0.0
     values = [(list(a), dict(k)) for a, k in sets]

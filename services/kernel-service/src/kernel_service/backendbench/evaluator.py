@@ -1062,9 +1062,6 @@ def _time_cases(
             assert call.ms is not None
             kernel_raw[j].append(call.ms)
             outs[j].append(call.out)
-    candidate_null_ms = calibrate(
-        run, base, timers["candidate"], [([], {})], role="candidate"
-    )  # reported only
     run.end_candidate()
     null_ms = calibrate(run, base, timers["reference"], [(list(cases[0].args), cases[0].kwargs)])
     ref_raw: list[list[float]] = [[] for _ in cases]
@@ -1093,5 +1090,4 @@ def _time_cases(
         raise HarnessError(Outcome.EXECUTION_FAILURE, str(exc)) from exc
     if not isinstance(base, GpuTimer):
         return None
-    return {**base.report(), "calls_per_reading": float(max(sizes)), "readings": float(max(counts)),
-            "candidate_null_us": round(candidate_null_ms * 1e3, 2)}  # fmt: skip
+    return {**base.report(), "calls_per_reading": float(max(sizes)), "readings": float(max(counts))}
