@@ -5,7 +5,8 @@
 #   bash bench/gpu_checks.sh [STEP ...]     steps: tests adversarial fidelity backendbench selfcheck level1 bbprofile drift
 #
 # On the lent H100: carry the wheels (.whl: ../shared/device/wheels.sh, plus expecttest for OpInfo) and
-# the KernelBench problems (.gpudata/problems.jsonl, for level1). One device call runs at most 10 minutes:
+# the KernelBench problems (.gpudata/problems.jsonl, for level1). BB_ARGS: more flags for the backendbench
+# step (`--runs 3 --trials 20 20 20`: three warm suites, three self-check rounds). One device call runs at most 10 minutes:
 # `tests adversarial fidelity backendbench` fit one (575 s at most), `level1` another (560 s: the whole
 # 100-problem sweep, whose target is 5 minutes, with room to finish).
 set -uo pipefail
@@ -43,7 +44,7 @@ for s in "${steps[@]}"; do
     fidelity) step fidelity 60 python3 bench/timing_fidelity.py --calls 100 --mps off --jobs 2 --out "$OUT/fidelity.json" ;;
     backendbench)
       h100_index
-      step backendbench 200 python3 bench/backendbench_suite_speed.py --index auto --runs 2 --out "$OUT/backendbench.json" ;;
+      step backendbench 300 python3 bench/backendbench_suite_speed.py --index auto --runs 2 --out "$OUT/backendbench.json" ${BB_ARGS:-} ;;
     bbprofile)
       h100_index
       step bbprofile 250 python3 bench/backendbench_profile.py --slow 2 --out "$OUT/bbprofile.json" ;;

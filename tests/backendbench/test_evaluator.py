@@ -195,3 +195,43 @@ def test_opinfo_suite_leaves_out_ops_this_torch_cannot_check(monkeypatch: pytest
     remaining = suite_ops("opinfo")
     assert victim not in remaining and len(remaining) == len(ops) - 1
     assert "add.Tensor" in remaining  # hand-written references do not depend on decompositions
+
+
+#: Right in the first process that imports it, wrong in any later one (a marker in its working dir).
+RIGHT_ONLY_IN_ITS_FIRST_PROCESS = """
+import os
+import torch
+_later = os.path.exists("imported-before")
+open("imported-before", "w").close()
+def relu_kernel_impl(x):
+    if _later:
+        return x.abs()
+    return torch.where(x < 0, torch.zeros((), dtype=x.dtype, device=x.device), x)
+"""
+
+
+def test_performance_is_timed_in_fresh_pairs_of_processes_and_each_pairs_outputs_are_checked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from kernel_service.judge import Run
+
+    forked: list[str] = []
+    fork = Run.fork
+
+    def spy(self: Run, role: str, build_dir: str) -> Any:
+        forked.append(role)
+        return fork(self, role, build_dir)
+
+    monkeypatch.setattr(Run, "fork", spy)
+    r = run("relu", CORRECT_RELU, perf_processes=2)
+    assert r["outcome"] == "correct" and r["performance"] > 0
+    assert sorted(forked) == ["candidate", "candidate", "reference", "reference"]  # a second, fresh pair
+    forked.clear()
+    r = run("relu", RIGHT_ONLY_IN_ITS_FIRST_PROCESS, perf_processes=2)
+    assert r["outcome"] == "incorrect" and r["performance"] == 1.0
+    assert "a timed call's output differs" in r["feedback"] or any(
+        "a timed call's output differs" in (i["error"] or "") for i in r["inputs"]
+    )
+    assert forked.count("candidate") == 2
+    with pytest.raises(ValidationError, match="perf_processes"):
+        run("relu", CORRECT_RELU, perf_processes=0)

@@ -269,6 +269,16 @@ class Run:
         Every set has values of its own, and every output is the judge's to check."""
         return self._request(role, [(list(a), dict(k)) for a, k in sets], True, timer, extra)
 
+    def tried(
+        self, role: str, sets: list[tuple[list[Any], dict[str, Any]]], extra: dict[str, Any] | None = None
+    ) -> Call:
+        """Untimed, one call per ``(args, kwargs)`` set in one request: ``out`` holds, per set, ``(True,
+        output)`` or ``(False, None)`` where the call raised (``extra``: ``overloads``, one aten overload
+        name per set, for the reference side; ``record``)."""
+        return self._request(
+            role, [(list(a), dict(k)) for a, k in sets], True, None, {**(extra or {}), "tried": True}
+        )
+
     def drawn(
         self,
         role: str,

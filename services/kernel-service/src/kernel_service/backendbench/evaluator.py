@@ -273,48 +273,11 @@ def _side_check(run: Run, case: Case, req: BackendBenchEvalRequest) -> tuple[Inp
     )  # fmt: skip
 
 
-#: Inputs of one op checked per side call (below both caps), and the source of the functions that run
-#: them there. A side answers one call with every output, so an op costs two round trips, not two per
-#: input. Anything unusual (a kernel that raised, refused outputs) is checked again one input at a time.
+#: Inputs of one op checked per side call (below both caps): a side answers one call with every output
+#: (``Run.tried``), so an op costs two round trips, not two per input. Anything unusual (a kernel that
+#: raised, refused outputs) is checked again one input at a time.
 GROUP_CASES = 64
 GROUP_BYTES = 64 << 20
-
-CANDIDATE_DRIVER = '''import sys
-
-_kernel = getattr(sys.modules[{module!r}], {function!r})
-
-
-def bb_calls(calls):
-    """Each (args, kwargs) through the kernel: (True, its output), or (False, None) when it raised."""
-    out = []
-    for args, kwargs in calls:
-        try:
-            out.append((True, _kernel(*args, **kwargs)))
-        except Exception:
-            out.append((False, None))
-    return out
-'''
-RESTORE_KERNEL = """import sys
-
-{function} = getattr(sys.modules[{module!r}], {function!r})
-"""
-REFERENCE_DRIVER = '''import torch
-
-
-def bb_reference(calls):
-    """Each (aten overload name, args, kwargs) called: (True, its output), or (False, None) when the op
-    rejects the input."""
-    out = []
-    for name, args, kwargs in calls:
-        try:
-            op = torch.ops
-            for part in name.split("."):
-                op = getattr(op, part)
-            out.append((True, op(*args, **kwargs)))
-        except Exception:
-            out.append((False, None))
-    return out
-'''
 
 
 def _groups(cases: list[Case]) -> list[list[Case]]:
@@ -341,11 +304,9 @@ def _answers(sides: Sides, prep: Prepared, cases: list[Case], at: int) -> list[A
         return kept
     run = sides.run
     sides.reference()
-    if not sides.use("reference", "driver"):
-        return None
-    ref_calls = [(str(c.overload), list(c.args), dict(c.kwargs)) for c in cases]
+    sets = [(list(c.args), dict(c.kwargs)) for c in cases]
     try:
-        ref_call = run.call("reference", [ref_calls])
+        ref_call = run.tried("reference", sets, {"overloads": [str(c.overload) for c in cases]})
     except HarnessError:
         if not sides.alive("reference"):
             raise
@@ -354,11 +315,10 @@ def _answers(sides: Sides, prep: Prepared, cases: list[Case], at: int) -> list[A
     if not _pairs(ref_out, len(cases)):
         return None
     keep = prep.answers is not None and all(ok for ok, _ in ref_out)
-    after = (ref_call.inputs_kept() if keep else ref_call.inputs_after())[0][0]
-    packed = ref_call.packed[0][0]
+    after = ref_call.inputs_kept() if keep else ref_call.inputs_after()
     answers: list[Answer | None] = [
-        Answer(snapshot(out) if keep else unwrap(out), (list(after[i][1]), after[i][2]),
-               _side_aliases(out, packed[i][1:])) if ok else None
+        Answer(snapshot(out) if keep else unwrap(out), (list(after[i][0]), after[i][1]),
+               _side_aliases(out, ref_call.packed[i])) if ok else None
         for i, (ok, out) in enumerate(ref_out)
     ]  # fmt: skip
     if keep and prep.answers is not None and prep.key is not None and prep.cache is not None:
@@ -384,11 +344,9 @@ def _grouped_check(
     found: list[tuple[Case, InputResult | None, set[str]]] = [(c, None, set()) for c in cases]
     if not accepted:
         return found
-    if not sides.use("candidate", "driver"):
-        return None
     ker_calls = [(list(cases[i].args), dict(cases[i].kwargs)) for i in accepted]
     try:
-        ker_call = run.call("candidate", [ker_calls], extra={"record": True})
+        ker_call = run.tried("candidate", ker_calls, {"record": True})
     except HarnessError:
         if not sides.alive("candidate"):
             raise
@@ -397,8 +355,8 @@ def _grouped_check(
     if not _pairs(ker_out, len(accepted)) or not all(ok for ok, _ in ker_out):
         return None  # the kernel raised on some input: its own call reports the error
     called = {str(c) for c in (ker_call.reply.get("called") or [])[:1000]}
-    ker_after = ker_call.inputs_kept()[0][0]
-    ker_packed = ker_call.packed[0][0]
+    ker_after = ker_call.inputs_kept()
+    ker_packed = ker_call.packed
     for j, i in enumerate(accepted):
         case, answer = cases[i], answers[i]
         assert answer is not None
@@ -594,10 +552,6 @@ class Sides:
         self.loaded = 0
         #: whether the kernel being judged joined a candidate process that held other kernels
         self.shared = False
-        #: what each side's callable is now: "kernel" (or the op itself), or "driver" (many inputs a call)
-        self.callable: dict[str, str] = {}
-        #: the module and function of the kernel the candidate process loaded last
-        self.kernel: tuple[str, str] | None = None
         #: why the reference process was replaced while judging the current op (None: it was not)
         self.reference_replaced: str | None = None
         self.build_dir = usable_build_dir(run.workdir / "build", run.workdir)
@@ -618,35 +572,11 @@ class Sides:
                     if arena is not None:
                         arena.close()
             run.fork(role, self.build_dir)
-            self.callable[role] = "kernel"
             if role == "candidate":
                 self.loaded = 0
-                self.kernel = None
         run.ask_each(
             {role: {"op": "setup", "device": str(run.device), "build_dir": self.build_dir} for role in roles}
         )
-
-    def use(self, role: str, what: str) -> bool:
-        """Make ``role``'s callable the driver that runs many inputs a call, or the kernel again; False
-        when that cannot be done (the kernel's module is gone: it removed itself)."""
-        if self.callable.get(role) == what:
-            return True
-        if role == "reference":
-            source, function = REFERENCE_DRIVER, "bb_reference"
-        elif self.kernel is None:
-            return False
-        elif what == "driver":
-            source, function = (
-                CANDIDATE_DRIVER.format(module=self.kernel[0], function=self.kernel[1]),
-                "bb_calls",
-            )
-        else:
-            source = RESTORE_KERNEL.format(module=self.kernel[0], function=self.kernel[1])
-            function = self.kernel[1]
-        if not self.run.ask(role, {"op": "load_fn", "source": source, "function": function}).get("ok"):
-            return False
-        self.callable[role] = what
-        return True
 
     def deadline(self, timeout_s: float) -> None:
         """``timeout_s`` from now for every reply of either side (each op of a batch has its own)."""
@@ -758,11 +688,9 @@ def _attempt(sides: Sides, prep: Prepared, shared: bool, ahead: Ahead) -> Backen
             sides.start("candidate")
             if (again := _load(sides, req, prep.base)) is not None:
                 return again
-        else:
-            _kernel_callable(sides, req, prep.base)
         run.phase = "timing"
         n = len(checked.correctness)
-        resp.timing_gate = _time_cases(run, prep, checked.perf, resp.inputs[n:])  # kills the candidate
+        resp.timing_gate = _time_cases(sides, prep, checked.perf, resp.inputs[n:])  # kills the candidate
         speedups = [r.speedup for r in resp.inputs[n:] if r.speedup]
         resp.performance = math.exp(sum(math.log(s) for s in speedups) / len(speedups)) if speedups else 1.0
         if not all(r.correct for r in resp.inputs):  # a timed output differed from the op's
@@ -837,8 +765,6 @@ def _load(
     )
     sides.loaded += 1
     if loaded.get("ok"):
-        sides.callable["candidate"] = "kernel"
-        sides.kernel = (Path(str(loaded.get("file", ""))).stem, req.function_name)
         return None
     outcome = (
         str(loaded.get("outcome"))
@@ -849,12 +775,6 @@ def _load(
     if outcome == "load_error":
         message = f"the source failed to import: {_trim(str(loaded.get('traceback') or message)[-MAX_ERROR_CHARS:])}"
     return BackendBenchEvalResponse(**base, outcome=outcome, correctness=0.0, feedback=message)
-
-
-def _kernel_callable(sides: Sides, req: BackendBenchEvalRequest, base: dict[str, Any]) -> None:
-    """The kernel itself as the candidate's callable again (imported anew if it cannot be restored)."""
-    if not sides.use("candidate", "kernel") and (failed := _load(sides, req, base)) is not None:
-        raise HarnessError(Outcome.EXECUTION_FAILURE, failed.feedback)
 
 
 @dataclass
@@ -897,7 +817,6 @@ def _check(sides: Sides, prep: Prepared) -> Checked:
         at += len(group)
         if found is None:
             sides.reference()
-            _kernel_callable(sides, req, prep.base)
             found = []
             for case in group:
                 result, called = _side_check(run, case, req)
@@ -1014,29 +933,85 @@ def _shapes(case: Case) -> Iterator[tuple[Any, ...]]:
         yield (tuple(t.shape), tuple(t.stride()), t.dtype)
 
 
+#: On a GPU, an op's performance inputs are timed in this many fresh pairs of side processes, each pair
+#: taking its share of the readings (the candidate's process killed before the reference's is timed).
+#: One process of a pair reads the same op steadily up to ~2.5% off another (``process_drift_probe.py``:
+#: sd 0.9-1.7% between processes timed at the same moments, 0.1-0.3% within one over time): the median
+#: over several processes is what makes an op read within +-2% of itself.
+PERF_PROCESSES = 3
+
+
+@dataclass
+class Block:
+    """The readings one pair of side processes took: per input, net times a call (ms), and the first
+    timed output that differed from the op's."""
+
+    kernel: list[list[float]]
+    ref: list[list[float]]
+    bad: dict[int, str]
+    gate: dict[str, float] | None
+
+
 def _time_cases(
-    run: Run, prep: Prepared, cases: list[Case], results: list[InputResult]
+    sides: Sides, prep: Prepared, cases: list[Case], results: list[InputResult]
 ) -> dict[str, float] | None:
     """Every performance input timed for the kernel, whose process is then killed, then for the op: no
-    code of the submission runs while the op is timed. Each timed call gets fresh values (a seed from
-    ``os.urandom`` per call, the same for both sides) and every timed output is checked against the op's
-    output for the same values. On a GPU a reading of an input holds as many calls as its size allows
-    (``judge.reading_size``, from the op's speed), the same for both sides. Returns the GPU gate's report (None on the CPU)."""
+    code of the submission runs while the op is timed. This is done by ``options.perf_processes`` fresh
+    pairs of processes in turn (``PERF_PROCESSES`` on a GPU), each taking its share of the readings; a call's time is the median of all
+    of them. Each timed call gets fresh values (a seed from ``os.urandom`` per call, the same for both
+    sides) and every timed output is checked against the op's output for the same values. A reading of
+    an input holds as many calls as its size allows (``judge.reading_size``, from the op's speed), the
+    same for both sides. Returns the GPU gate's report (None on the CPU)."""
+    run, opts = sides.run, prep.req.options
+    pairs = opts.perf_processes or (PERF_PROCESSES if run.device.type == "cuda" else 1)
+    sizes: list[int] | None = None
+    blocks: list[Block] = []
+    for p in range(pairs):
+        if p:  # a fresh pair: the kernel imported anew, the op in a new reference process
+            sides.start("reference", "candidate")
+            if (failed := _load(sides, prep.req, prep.base)) is not None:
+                raise HarnessError(Outcome.EXECUTION_FAILURE, failed.feedback)
+        block, sizes = _time_block(run, prep, cases, sizes, pairs)
+        blocks.append(block)
+    bad = {j: why for b in reversed(blocks) for j, why in b.bad.items()}
+    for j, result in enumerate(results):
+        kernel_ms = result.kernel_ms = statistics.median(x for b in blocks for x in b.kernel[j])
+        ref_ms = result.ref_ms = statistics.median(x for b in blocks for x in b.ref[j])
+        if j in bad:
+            result.correct = False
+            result.error = _trim("a timed call's output differs from the op's: " + bad[j])
+            continue
+        result.speedup = ref_ms / max(kernel_ms, 1e-9)
+    gate = blocks[-1].gate
+    if gate is None:
+        return None
+    readings = sum(len(b.kernel[0]) for b in blocks) if cases else 0
+    return {**gate, "readings": float(readings), "process_pairs": float(pairs)}
+
+
+def _time_block(
+    run: Run, prep: Prepared, cases: list[Case], sizes: list[int] | None, share: int
+) -> tuple[Block, list[int]]:
+    """One pair's readings: ``1/share`` of each input's, the candidate's first (its process then killed),
+    then the op's. ``sizes``: the calls a reading of each input holds (None: chosen now, from the op)."""
     opts = prep.req.options
     base: GpuTimer | CpuTimer = run.judge.gpu_timer(run.device) if run.device.type == "cuda" else CpuTimer()
-    if isinstance(base, GpuTimer):  # each op from the initial gate, as each KernelBench job
+    if isinstance(base, GpuTimer):  # each pair from the initial gate, as each KernelBench job
         base.start_job()
     timers: dict[str, Timer] = {
         role: base.bind(role, partial(run.ask, role)) for role in ("candidate", "reference")
     }
     where = [next(k for k, p in enumerate(prep.perf) if p is c) for c in cases]
     op = [{"overload": str(case.overload)} for case in cases]
-    sizes = [1] * len(cases)
-    if isinstance(base, GpuTimer):
-        sizes = [
-            reading_size(run, base, timers, [(list(c.args), c.kwargs)], op[j])[0] for j, c in enumerate(cases)
-        ]
-    counts = [reading_count(opts.perf_trials, size) for size in sizes]  # each input its perf_trials calls
+    if sizes is None:
+        sizes = [1] * len(cases)
+        if isinstance(base, GpuTimer):
+            sizes = [
+                reading_size(run, base, timers, [(list(c.args), c.kwargs)], op[j])[0]
+                for j, c in enumerate(cases)
+            ]
+    # each input its perf_trials calls, shared among the pairs
+    counts = [math.ceil(reading_count(opts.perf_trials, size) / share) for size in sizes]
     seeds = [[fresh_seed() for _ in range(max(sizes))] for _ in range(max(counts))]
 
     def warm_up(role: str) -> None:
@@ -1076,18 +1051,13 @@ def _time_cases(
                     mismatch, _ = compare(ref_out, ker_out, atol=opts.atol, rtol=opts.rtol)
                     if mismatch is not None:
                         bad[j] = f"timed call {i * sizes[j] + m + 1}: {mismatch.message}"
-    for j, result in enumerate(results):
-        kernel_ms = result.kernel_ms = statistics.median(net(kernel_raw[j], null_ms, sizes[j]))
-        ref_ms = result.ref_ms = statistics.median(net(ref_raw[j], null_ms, sizes[j]))
-        if j in bad:
-            result.correct = False
-            result.error = _trim("a timed call's output differs from the op's: " + bad[j])
-            continue
-        result.speedup = ref_ms / max(kernel_ms, 1e-9)
+    kernel = [net(kernel_raw[j], null_ms, sizes[j]) for j in range(len(cases))]
+    ref = [net(ref_raw[j], null_ms, sizes[j]) for j in range(len(cases))]
     try:
         base.check("reference")
     except PrepError as exc:
         raise HarnessError(Outcome.EXECUTION_FAILURE, str(exc)) from exc
-    if not isinstance(base, GpuTimer):
-        return None
-    return {**base.report(), "calls_per_reading": float(max(sizes)), "readings": float(max(counts))}
+    gate = None
+    if isinstance(base, GpuTimer):
+        gate = {**base.report(), "calls_per_reading": float(max(sizes))}
+    return Block(kernel, ref, bad, gate), sizes
