@@ -938,7 +938,9 @@ def _shapes(case: Case) -> Iterator[tuple[Any, ...]]:
 #: One process of a pair reads the same op steadily up to ~2.5% off another (``process_drift_probe.py``:
 #: sd 0.9-1.7% between processes timed at the same moments, 0.1-0.3% within one over time): the median
 #: over several processes is what makes an op read within +-2% of itself.
-PERF_PROCESSES = 3
+PERF_PROCESSES = 5
+#: Readings of each input a pair takes at least (its share of ``perf_trials`` may be fewer).
+PAIR_MIN_READINGS = 4
 
 
 @dataclass
@@ -1010,8 +1012,10 @@ def _time_block(
                 reading_size(run, base, timers, [(list(c.args), c.kwargs)], op[j])[0]
                 for j, c in enumerate(cases)
             ]
-    # each input its perf_trials calls, shared among the pairs
-    counts = [math.ceil(reading_count(opts.perf_trials, size) / share) for size in sizes]
+    # each input its perf_trials calls, shared among the pairs (at least PAIR_MIN_READINGS readings each)
+    counts = [
+        max(math.ceil(reading_count(opts.perf_trials, size) / share), PAIR_MIN_READINGS) for size in sizes
+    ]
     seeds = [[fresh_seed() for _ in range(max(sizes))] for _ in range(max(counts))]
 
     def warm_up(role: str) -> None:

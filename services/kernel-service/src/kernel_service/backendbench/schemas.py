@@ -47,7 +47,7 @@ class BackendBenchOptions(StrictModel):
         ge=1,
         le=8,
         description="fresh pairs of side processes the performance inputs are timed in, each with its share "
-        "of the readings (one process reads an op steadily up to ~2.5% off another); None: 3 on a GPU, 1 on "
+        "of the readings (one process reads an op steadily up to ~2.5% off another); None: 5 on a GPU, 1 on "
         "the CPU",
     )
     measure_performance: bool = True
