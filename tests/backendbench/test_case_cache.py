@@ -99,21 +99,30 @@ def test_the_ops_answers_are_kept_and_a_warm_pass_judges_kernels_without_the_ref
 
     monkeypatch.setattr(Run, "fork", spy)
     body = {"dataset": "backendbench-opinfo", "op": "relu.default", "suite": "opinfo"}
+    # as_strided's inputs are checked one at a time (never grouped): their answers are kept too
+    strided = {**body, "op": "as_strided.default", "source": reference_source("as_strided.default")}
     with tempfile.TemporaryDirectory() as tmp:
         judge = own_judge(Path(tmp))
-        (first,) = evaluate_batch([{**body, "source": reference_source("relu.default")}], judge)["verdicts"]
-        assert first["outcome"] == "correct" and forked == ["reference", "candidate"]
-        kept = prepare(request("relu.default"), case_cache(judge))
-        assert isinstance(kept, Prepared) and kept.answered  # every input's answer kept
+        first, first_strided = evaluate_batch(
+            [{**body, "source": reference_source("relu.default")}, strided], judge
+        )["verdicts"]
+        assert first["outcome"] == first_strided["outcome"] == "correct"
+        assert forked == ["reference", "candidate"]
+        for op in ("relu.default", "as_strided.default"):
+            kept = prepare(request(op), case_cache(judge))
+            assert isinstance(kept, Prepared) and kept.answered, op  # every input's answer kept
         forked.clear()
         verdicts = evaluate_batch(
-            [{**body, "source": s} for s in (ZEROES_ITS_INPUT, WRONG_RELU, reference_source("relu.default"))],
+            [{**body, "source": s} for s in (ZEROES_ITS_INPUT, WRONG_RELU, reference_source("relu.default"))]
+            + [strided],
             judge,
         )["verdicts"]
     # judged on the kept answers alone: no reference process; each wrong kernel still caught, and a
     # wrong kernel's verdict is reached again in a candidate process of its own (never a reference)
     assert "reference" not in forked, forked
-    zeroes, wrong, honest = verdicts
+    zeroes, wrong, honest, again_strided = verdicts
+    assert again_strided["outcome"] == "correct", again_strided["feedback"]
+    assert again_strided["n_correctness_inputs"] == first_strided["n_correctness_inputs"] > 1
     assert zeroes["outcome"] == "incorrect" and "input differs after the call" in zeroes["feedback"]
     assert wrong["outcome"] == "incorrect"
     assert honest["outcome"] == "correct", honest["feedback"]

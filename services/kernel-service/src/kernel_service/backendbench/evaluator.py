@@ -238,16 +238,41 @@ def _outputs(out: Any) -> list[Any]:
     return []
 
 
-def _side_check(run: Run, case: Case, req: BackendBenchEvalRequest) -> tuple[InputResult | None, set[str]]:
-    """One input through both sides: the op in the reference process, the kernel in the candidate's."""
+def _answer(sides: Sides, prep: Prepared, case: Case, pos: int) -> Answer | None:
+    """The op's answer for one input (input ``pos`` of the request): the kept one, else the reference
+    process's (then kept); None when the op rejects the input."""
+    kept = prep.answers.get(pos) if prep.answers is not None else None
+    if kept is not None:
+        return kept
+    run = sides.run
+    sides.reference()
     try:
-        ref_call = run.call(
+        call = run.call(
             "reference", list(case.args), kwargs=case.kwargs, extra={"overload": str(case.overload)}
         )
     except HarnessError as err:
         if err.outcome == Outcome.UNKNOWN_ERROR and run.sides["reference"].alive:
-            return None, set()  # the op itself rejects this input (e.g. amax of an empty dim): not a test
+            return None  # the op itself rejects this input (e.g. amax of an empty dim): not a test
         raise
+    keep = prep.answers is not None
+    after = call.inputs_kept() if keep else call.inputs_after()
+    answer = Answer(
+        snapshot(call.out) if keep else unwrap(call.out), (list(after[0]), after[1]),
+        _side_aliases(call.out, call.packed),
+    )  # fmt: skip
+    if keep and prep.answers is not None and prep.key is not None and prep.cache is not None:
+        prep.answers[pos] = answer
+        prep.cache.keep_answers(prep.key, {pos: answer})
+    return answer
+
+
+def _side_check(sides: Sides, prep: Prepared, case: Case, pos: int) -> tuple[InputResult | None, set[str]]:
+    """One input (input ``pos`` of the request) through both sides: the op's answer (kept, or from the
+    reference process), the kernel in the candidate's."""
+    run, req = sides.run, prep.req
+    answer = _answer(sides, prep, case, pos)
+    if answer is None:
+        return None, set()
     try:
         ker_call = run.call("candidate", list(case.args), kwargs=case.kwargs, extra={"record": True})
     except HarnessError as err:
@@ -263,10 +288,9 @@ def _side_check(run: Run, case: Case, req: BackendBenchEvalRequest) -> tuple[Inp
         result = _result(case, req)
         result.error = why
         return result, called
-    ref = unwrap(ref_call.out)
     return (
         judge_case(
-            case, req, ref, ref_call.inputs_after(), _side_aliases(ref_call.out, ref_call.packed),
+            case, req, answer.out, answer.inputs_after, answer.aliases,
             out, ker_inputs, _side_aliases(ker_call.out, ker_call.packed),
         ),
         called,
@@ -802,7 +826,7 @@ class Checked:
 def _check(sides: Sides, prep: Prepared) -> Checked:
     """Every input through both sides, a group of inputs a call where the group passes (inputs the op
     itself rejects are not tests)."""
-    run, req = sides.run, prep.req
+    run = sides.run
     correctness_cases, perf_cases = prep.correctness, prep.perf
     results: list[InputResult] = []
     called_all: set[str] = set()
@@ -816,10 +840,9 @@ def _check(sides: Sides, prep: Prepared) -> Checked:
         found = _grouped_check(sides, prep, group, at) if _groupable(group) else None
         at += len(group)
         if found is None:
-            sides.reference()
             found = []
-            for case in group:
-                result, called = _side_check(run, case, req)
+            for k, case in enumerate(group):
+                result, called = _side_check(sides, prep, case, at - len(group) + k)
                 found.append((case, result, called))
                 if result is not None and result.error and "CUDA error" in result.error:
                     break  # the context is poisoned
