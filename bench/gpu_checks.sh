@@ -51,7 +51,7 @@ for s in "${steps[@]}"; do
     selfcheck) step selfcheck 150 python3 bench/selfcheck_probe.py --out "$OUT/selfcheck_probe.json" ;;
     drift) step drift 150 python3 bench/process_drift_probe.py --out "$OUT/process_drift.json" ;;
     runner_start)  # what a runner process costs before its run loop: imports, listing the opinfo suite
-      step runner_start 60 bash -c 'for i in 1 2 3; do /usr/bin/time -f "list-tasks %e s" python3 -m backendbench_runner.cli list-tasks --suite opinfo >/dev/null; done; python3 -X importtime -c "import backendbench_runner.cli" 2>&1 | sort -t"|" -k2 -n | tail -25' ;;
+      step runner_start 60 bash -c 'TIMEFORMAT="list-tasks %R s"; for i in 1 2 3; do time python3 -m backendbench_runner.cli list-tasks --suite opinfo >/dev/null; done; python3 -X importtime -c "import backendbench_runner.cli" 2>&1 | sort -t"|" -k2 -n | tail -25' ;;
     level1) step level1 560 python3 bench/kernelbench_gpu.py --model reference --dataset-file .gpudata/problems.jsonl \
       --level 1 --output-dir /tmp/kb --run-id l1 --budget-s 500 --out "$OUT/level1.json" ;;
     *) echo "unknown step $s (tests adversarial fidelity backendbench selfcheck level1 bbprofile drift runner_start)"; exit 2 ;;
