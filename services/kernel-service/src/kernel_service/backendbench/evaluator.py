@@ -1011,7 +1011,31 @@ def _time_cases(
     if gate is None:
         return None
     readings = sum(len(b.kernel[0]) for b in blocks) if cases else 0
-    return {**gate, "readings": float(readings), "process_pairs": float(pairs)}
+    return {**gate, "readings": float(readings), "process_pairs": float(pairs), **_spread(blocks)}
+
+
+def _spread(blocks: list[Block]) -> dict[str, float]:
+    """How the first input's time varies (percent of its median): between the pairs' processes (the
+    standard deviation of each pair's median, per side) and between one process's readings (a robust
+    standard deviation, the median over the pairs and sides)."""
+    if not blocks or not blocks[0].kernel:
+        return {}
+    out: dict[str, float] = {}
+    within: list[float] = []
+    for side in ("kernel", "ref"):
+        runs = [getattr(b, side)[0] for b in blocks]
+        medians = [statistics.median(r) for r in runs]
+        mid = statistics.median(medians)
+        if len(medians) > 1:
+            out[f"pair_sd_{side}_pct"] = round(100 * statistics.stdev(medians) / mid, 3)
+        for r, m in zip(runs, medians, strict=True):
+            within.append(100 * 1.4826 * statistics.median(abs(x - m) for x in r) / m)
+    out["reading_sd_pct"] = round(statistics.median(within), 3)
+    kernel = statistics.fmean(statistics.median(b.kernel[0]) for b in blocks)
+    out["speedup_of_pair_means"] = round(
+        statistics.fmean(statistics.median(b.ref[0]) for b in blocks) / kernel, 4
+    )
+    return out
 
 
 def _time_block(
