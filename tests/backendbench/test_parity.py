@@ -185,3 +185,45 @@ def test_performance_inputs_drawn_alone_equal_those_built_with_the_correctness_o
                 flat_a = [x for x in (*a.args, *a.kwargs.values()) if isinstance(x, torch.Tensor)]
                 flat_b = [x for x in (*b.args, *b.kwargs.values()) if isinstance(x, torch.Tensor)]
                 assert all(torch.equal(x, y) for x, y in zip(flat_a, flat_b, strict=True)), op
+
+
+#: A runner process: ``run`` through a service over HTTP, then which heavy modules it imported.
+RUNNER_PROCESS = """
+import json, sys
+from backendbench_runner.cli import main
+sys.argv = ["backendbench-runner", *sys.argv[1:]]
+try:
+    main()
+    code = 0
+except SystemExit as exc:
+    code = exc.code
+print(json.dumps({"code": code, "imported": sorted(m for m in ("torch", "fastapi", "numpy") if m in sys.modules)}))
+"""
+
+
+def test_a_runner_lists_names_and_submits_an_opinfo_suite_without_importing_torch(
+    backendbench_service_url: str, tmp_path: Path
+) -> None:
+    """The runner talks to the service over HTTP: its process needs no torch to list the opinfo suite,
+    write the reference kernels and send them (a torch import was 2.6 s of its start on the H100)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from kernel_service.backendbench.catalog import built_for_this_torch
+
+    assert built_for_this_torch()  # the bundled index is this torch's (else the runner checks with torch)
+    args = ["run", "--model", "reference", "--suite", "opinfo", "--ops", "abs.default,addcdiv.default"]
+    args += ["--run-id", "light", "--service-url", backendbench_service_url, "--output-dir", str(tmp_path)]
+    done = subprocess.run(
+        [sys.executable, "-c", RUNNER_PROCESS, *args],
+        capture_output=True,
+        text=True,
+        env=os.environ,
+        timeout=600,
+    )
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report == {"code": 0, "imported": []}, done.stdout[-2000:] + done.stderr[-2000:]
+    score = json.loads((tmp_path / "light" / "score.json").read_text())
+    assert score["n_tasks"] == 2 and score["metrics"]["correctness"] == 1.0, score

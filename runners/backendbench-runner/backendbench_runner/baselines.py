@@ -13,11 +13,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import torch
 from benchmark_runner.base import BenchmarkRunner, OfflineModel
 from benchmark_runner.llm import LLMConfig
 from benchmark_runner.schemas import GenerationResult, GenerationStatus, Task
 from kernel_service.backendbench import references
+from kernel_service.backendbench.catalog import installed_torch
 
 from .agent import save_kernel
 from .options import RunOptions
@@ -29,7 +29,7 @@ def reference_source(op: str) -> str:
     reference kernels: ``kernel_service.backendbench.references``)."""
     source = references.reference_source(op)
     if source is None:
-        raise ValueError(f"no reference kernel for op {op!r} in this torch ({torch.__version__})")
+        raise ValueError(f"no reference kernel for op {op!r} in this torch ({installed_torch()})")
     return source
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import json
 from pathlib import Path
-from typing import Any, ClassVar, Literal, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
 
 import click
 from benchmark_runner.base import BenchmarkRunner, OfflineModel
@@ -19,21 +19,21 @@ from benchmark_runner.batching import BatchingClient
 from benchmark_runner.client import ServiceClient
 from benchmark_runner.llm import LLMConfig
 from benchmark_runner.schemas import EvalResult, GenerationResult, ScoreResult, Task
-from benchmark_runner.service import BenchmarkService
-from kernel_service.backendbench.opinfo import index_provenance
+from kernel_service.backendbench.catalog import UnknownOpError, index_provenance, suite_ops
 from kernel_service.backendbench.schemas import (
     BackendBenchEvalRequest,
     BackendBenchEvalResponse,
     BackendBenchOptions,
 )
-from kernel_service.backendbench.suites import UnknownOpError, suite_ops
-from kernel_service.backendbench.traces import read_op_entries
 from pydantic import Field
 
 from . import scoring
 from .agent import run_agent
 from .baselines import aten_model, reference_model
 from .options import RunOptions, cli_options
+
+if TYPE_CHECKING:  # a runner that talks to a remote service imports neither FastAPI nor torch
+    from benchmark_runner.service import BenchmarkService
 
 #: Tasks in flight for an offline model when ``--concurrency`` is not given.
 OFFLINE_CONCURRENCY = 1024
@@ -202,6 +202,8 @@ class BackendBenchRunner(BenchmarkRunner):
         service's sandboxed workers read no file of the caller's); None: the service's bundled trace."""
         if task.suite != "torchbench" or not self.run_options.trace_file:
             return None
+        from kernel_service.backendbench.traces import read_op_entries  # imports torch
+
         return read_op_entries(Path(self.run_options.trace_file), task.op)
 
     def build_evaluate_request(self, task: Task, generation: GenerationResult) -> dict[str, Any]:

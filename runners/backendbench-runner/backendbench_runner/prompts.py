@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 CONTRACT = """Write a Python module defining `{function}(*args, **kwargs)`: a drop-in implementation of the PyTorch
 operator `aten.{op}` with exactly the schema below. It is called with the operator's own arguments
 (tensors on the evaluation device, float32/bfloat16/float16 and edge cases such as empty or non-contiguous
@@ -30,6 +28,8 @@ def function_name(op: str) -> str:
 
 def schemas(op: str) -> list[str]:
     """The aten schema(s) the kernel must accept (``add`` alone lists the packet's main overloads)."""
+    import torch  # here: listing a suite or naming an op needs no torch
+
     packet_name, _, overload = op.partition(".")
     packet = getattr(torch.ops.aten, packet_name, None)
     if packet is None:

@@ -13,11 +13,10 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from .catalog import UnknownOpError
 from .tensors import SpecError
 
-
-class UnknownOpError(ValueError):
-    """The op is not part of the suite (the message lists the suite's ops)."""
+__all__ = ["UnknownOpError"]  # defined with the catalog, which needs no torch
 
 
 @dataclass

@@ -32,11 +32,10 @@ import torch
 
 from ..harness import seed_all
 from .cases import Case, DispatchRecorder, UnknownOpError, matches_op, overload_key
+from .catalog import DATA_DIR, INDEX_FORMAT, OPINFO_INDEX, index_provenance, opinfo_index, read_index
 from .traces import UPSTREAM_UNSUPPORTED
 
-DATA_DIR = Path(__file__).parent / "data"
-OPINFO_INDEX = DATA_DIR / "opinfo_ops.json"
-INDEX_FORMAT = "backendbench-opinfo-index/2"
+__all__ = ["OPINFO_INDEX", "index_provenance", "opinfo_index", "read_index"]  # what the index is: catalog
 
 #: Overloads BackendBench's own op lists leave out (creation/manipulation, random), and those its
 #: torchbench suite does not support (one list, in ``traces``).
@@ -225,37 +224,6 @@ def _crosses(value: Any) -> bool:
 # ---- the index ------------------------------------------------------------------------------------
 
 
-def read_index(path: Path = OPINFO_INDEX) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(path.read_text())
-    return data
-
-
-@lru_cache(maxsize=1)
-def _bundled_index() -> dict[str, Any]:
-    return read_index()
-
-
-def opinfo_index() -> dict[str, list[str]]:
-    """overload (``add.Tensor``) -> the OpInfo entries whose samples count for it."""
-    ops: dict[str, list[str]] = _bundled_index()["ops"]
-    return ops
-
-
-def index_provenance() -> str:
-    """Which torch, device and dtypes the index was built with, and whether that is this torch (the
-    runner prints it next to the opinfo suite's op list)."""
-    data = _bundled_index()
-    dtypes = "+".join(data.get("dtypes", []))
-    built = str(data.get("torch"))
-    text = f"opinfo index built with torch {built} on {data.get('device')} ({dtypes})"
-    if built != torch.__version__:
-        text += (
-            f"; this is torch {torch.__version__}: ops whose reference it lacks are left out, and "
-            "`python -m kernel_service.backendbench.opinfo build --device cuda` rebuilds the index for it"
-        )
-    return text
-
-
 def selection_dtypes(info: Any, device: str, dtype: torch.dtype, fallback: torch.dtype) -> list[torch.dtype]:
     """The dtype an entry is selected with here: ``dtype`` where this device supports it for the entry;
     else ``fallback`` when the entry supports ``dtype`` on CUDA (so a CPU build holds the ops that an H100
@@ -321,10 +289,6 @@ def checkable_here(op: str) -> bool:
     from .references import has_reference
 
     return has_reference(op)
-
-
-def suite_ops() -> list[str]:
-    return [op for op in opinfo_index() if checkable_here(op)]
 
 
 # ---- cases ----------------------------------------------------------------------------------------

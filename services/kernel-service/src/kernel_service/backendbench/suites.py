@@ -24,8 +24,21 @@ from typing import Any
 
 import torch
 
-from .cases import Case, DispatchRecorder, UnknownOpError, matches_op, resolve_overload
-from .opinfo import OPINFO_INDEX, build_opinfo_index, checkable_here, opinfo_cases, opinfo_index
+from .cases import Case, DispatchRecorder, matches_op, resolve_overload
+from .catalog import (
+    FACTO_OPS,
+    FAMILIES,
+    OPINFO_INDEX,
+    SMOKE_CORRECTNESS,
+    SMOKE_OPS,
+    SMOKE_PERFORMANCE,
+    SampleSpec,
+    UnknownOpError,
+    opinfo_index,
+    suite_ops,
+    t,
+)
+from .opinfo import build_opinfo_index, checkable_here, opinfo_cases
 from .tensors import build_arg, dtype_of
 from .traces import (
     TORCHBENCH_TRACE,
@@ -54,66 +67,6 @@ __all__ = [
     "suite_ops",
     "trace_ops",
 ]
-
-
-# ---- op families (shared by smoke and facto) --------------------------------------------------
-
-T = dict[str, Any]
-
-
-def t(*shape: int, init: str = "randn", dtype: str = "$", stride: list[int] | None = None) -> T:
-    spec: T = {"T": list(shape), "dtype": dtype, "init": init}
-    if stride is not None:
-        spec["stride"] = stride
-    return spec
-
-
-#: op -> (family, default overload). The family decides which edge cases facto generates.
-FAMILIES: dict[str, tuple[str, str]] = {
-    "add": ("binary", "aten.add.Tensor"),
-    "sub": ("binary", "aten.sub.Tensor"),
-    "mul": ("binary", "aten.mul.Tensor"),
-    "relu": ("unary", "aten.relu.default"),
-    "neg": ("unary", "aten.neg.default"),
-    "abs": ("unary", "aten.abs.default"),
-    "sigmoid": ("unary", "aten.sigmoid.default"),
-    "sum": ("reduction", "aten.sum.dim_IntList"),
-    "mean": ("reduction", "aten.mean.dim"),
-    "amax": ("reduction", "aten.amax.default"),
-    "mm": ("matmul", "aten.mm.default"),
-    "softmax": ("softmax", "aten.softmax.int"),
-}
-
-#: (overload or None for the family default, args, kwargs)
-SampleSpec = tuple[str | None, list[Any], dict[str, Any]]
-
-SMOKE_CORRECTNESS: dict[str, list[SampleSpec]] = {
-    "add": [
-        (None, [t(2, 3), t(2, 3)], {}),
-        (None, [t(4, 1), t(1, 5)], {}),
-        (None, [t(3, 4), t(3, 4)], {"alpha": 2}),
-        (None, [t(8), 1.5], {}),
-    ],
-    "mul": [(None, [t(2, 3), t(2, 3)], {}), (None, [t(4, 1), t(1, 5)], {}), (None, [t(8), -0.5], {})],
-    "relu": [(None, [t(2)], {}), (None, [t(16, 33)], {})],
-    "sum": [
-        ("aten.sum.default", [t(7, 5)], {}),
-        (None, [t(4, 6), [1]], {}),
-        (None, [t(3, 4, 5), [0, 2], True], {}),
-    ],
-    "mm": [(None, [t(8, 16), t(16, 4)], {}), (None, [t(1, 33), t(33, 7)], {})],
-    "softmax": [(None, [t(4, 10), -1], {}), (None, [t(3, 5, 7), 1], {})],
-}
-SMOKE_PERFORMANCE: dict[str, list[SampleSpec]] = {
-    "add": [(None, [t(1024, 1024), t(1024, 1024)], {})],
-    "mul": [(None, [t(1024, 1024), t(1024, 1024)], {})],
-    "relu": [(None, [t(1024, 1024)], {})],
-    "sum": [(None, [t(1024, 1024), [1]], {})],
-    "mm": [(None, [t(256, 256), t(256, 256)], {})],
-    "softmax": [(None, [t(512, 1024), -1], {})],
-}
-SMOKE_OPS = tuple(SMOKE_CORRECTNESS)
-FACTO_OPS = tuple(FAMILIES)
 
 
 def facto_samples(op: str) -> list[SampleSpec]:
@@ -191,19 +144,6 @@ def _from_specs(
 
 def default_dtypes(device: str) -> list[str]:
     return ["float32", "bfloat16", "float16"] if device.startswith("cuda") else ["float32", "bfloat16"]
-
-
-def suite_ops(suite: str, trace_file: str | None = None) -> list[str]:
-    """The ops a suite holds, in a stable order (what ``list_tasks`` serves)."""
-    if suite == "smoke":
-        return list(SMOKE_OPS)
-    if suite == "facto":
-        return list(FACTO_OPS)
-    if suite == "torchbench":
-        return trace_ops(Path(trace_file) if trace_file else None)
-    if suite == "opinfo":
-        return [op for op in opinfo_index() if checkable_here(op)]
-    raise UnknownOpError(f"unknown suite {suite!r}; expected smoke, opinfo, torchbench or facto")
 
 
 def build_cases(

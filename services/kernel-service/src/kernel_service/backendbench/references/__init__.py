@@ -18,10 +18,13 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-
+from ..catalog import built_for_this_torch, opinfo_index
 from .registry import DECOMPOSED, DECOMPOSED_FRESH, DECOMPOSED_UPCAST, HAND_WRITTEN
+
+if TYPE_CHECKING:
+    import torch
 
 HERE = Path(__file__).parent
 
@@ -41,6 +44,8 @@ def function_name(op: str) -> str:
 
 
 def _overload(op: str) -> torch._ops.OpOverload | None:
+    import torch
+
     packet, _, overload = op.partition(".")
     found = getattr(getattr(torch.ops.aten, packet, None), overload or "default", None)
     return found if isinstance(found, torch._ops.OpOverload) else None
@@ -70,11 +75,19 @@ def _module_source(module: str) -> str:
 def _packet_overload(packet: str) -> str | None:
     """The overload a packet name's decomposition-based kernel follows: ``default``, else the first
     overload of the packet with a reference (``unbind`` -> ``unbind.int``)."""
+    import torch
+
     if has_reference(f"{packet}.default"):
         return f"{packet}.default"
     found = getattr(torch.ops.aten, packet, None)
     names = sorted(found.overloads()) if found is not None else []
     return next((f"{packet}.{n}" for n in names if has_reference(f"{packet}.{n}")), None)
+
+
+def _listed(op: str) -> bool:
+    """Whether ``op`` is in the opinfo index built with this torch: it has a reference here, known
+    without importing torch (a runner names its ops' reference kernels before any torch import)."""
+    return op in opinfo_index() and built_for_this_torch()
 
 
 def reference_source(op: str) -> str | None:
@@ -89,7 +102,7 @@ def reference_source(op: str) -> str | None:
         module, function = entry.split(":")
         return f"{_module_source(module)}\n\n{function_name(op)} = {function}\n"
     key = op if "." in op else _packet_overload(op)
-    if key is None or not has_reference(key):
+    if key is None or not (_listed(key) or has_reference(key)):
         return None
     packet, _, overload = key.partition(".")
     if key in DECOMPOSED_UPCAST:
