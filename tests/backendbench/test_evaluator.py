@@ -240,3 +240,21 @@ def test_performance_is_timed_in_fresh_pairs_of_processes_and_each_pairs_outputs
     assert forked.count("candidate") == 2
     with pytest.raises(ValidationError, match="perf_processes"):
         run("relu", CORRECT_RELU, perf_processes=0)
+
+
+def test_the_index_is_trusted_for_its_torch_release_whatever_the_build_label(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A wheel's metadata may say ``2.11.0`` where ``torch.__version__`` says ``2.11.0+cu130`` (the H100
+    image): the decompositions are the release's Python either way, so the index is this torch's."""
+    from kernel_service.backendbench import catalog
+
+    built = str(catalog.read_index()["torch"])
+    for here, trusted in (
+        (built.split("+")[0], True),
+        (built.split("+")[0] + "+cu130", True),
+        ("0.0.1", False),
+    ):
+        monkeypatch.setattr(catalog, "installed_torch", lambda here=here: here)
+        assert catalog.built_for_this_torch() is trusted, here
+        assert ("rebuilds the index" in catalog.index_provenance()) is not trusted

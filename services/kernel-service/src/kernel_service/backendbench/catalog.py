@@ -110,10 +110,18 @@ def opinfo_index() -> dict[str, list[str]]:
     return ops
 
 
+def release(version: str | None) -> str | None:
+    """``2.11.0+cu130`` -> ``2.11.0``: the decompositions a reference uses are Python, the same in every
+    build of a release (and a wheel's metadata may omit the build's local label that ``torch.__version__``
+    shows: ``2.11.0`` for ``2.11.0+cu130`` on the H100 image)."""
+    return None if version is None else version.split("+", 1)[0]
+
+
 def built_for_this_torch() -> bool:
-    """Whether the bundled index was built with the installed torch (then every op it lists has a
-    reference kernel here)."""
-    return _bundled_index().get("torch") == installed_torch()
+    """Whether the bundled index was built with the installed torch's release (then every op it lists
+    has a reference kernel here)."""
+    here = release(installed_torch())
+    return here is not None and release(str(_bundled_index().get("torch"))) == here
 
 
 def index_provenance() -> str:
@@ -123,7 +131,7 @@ def index_provenance() -> str:
     dtypes = "+".join(data.get("dtypes", []))
     built, here = str(data.get("torch")), installed_torch()
     text = f"opinfo index built with torch {built} on {data.get('device')} ({dtypes})"
-    if built != here:
+    if not built_for_this_torch():
         text += (
             f"; this is torch {here}: ops whose reference it lacks are left out, and "
             "`python -m kernel_service.backendbench.opinfo build --device cuda` rebuilds the index for it"
