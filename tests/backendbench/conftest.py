@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,3 +24,19 @@ def backendbench_service_url() -> Iterator[str]:
 
     with start_server(make_app(make_service())) as server:
         yield server.url
+
+
+@pytest.fixture
+def forked(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The roles of the side processes the judge forks from now on, in order (``Run.fork``, still run)."""
+    from kernel_service.judge import Run
+
+    roles: list[str] = []
+    fork = Run.fork
+
+    def spy(self: Run, role: str, build_dir: str) -> Any:
+        roles.append(role)
+        return fork(self, role, build_dir)
+
+    monkeypatch.setattr(Run, "fork", spy)
+    return roles

@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Any
 
-import pytest
 import torch
 from kernel_service.backendbench.case_cache import Answer, CaseCache, key_of
 from kernel_service.backendbench.evaluator import Prepared, case_cache, evaluate_batch, prepare
 from kernel_service.backendbench.references import reference_source
 from kernel_service.backendbench.schemas import BackendBenchEvalRequest
 from kernel_service.harness import probe_environment
-from kernel_service.judge import Judge, Run
+from kernel_service.judge import Judge
 from kernel_service.sandbox import HardenPolicy
 
 #: Writes its input, then answers with relu of the zeroed tensor: wrong, and the input is changed.
@@ -88,16 +86,8 @@ def relu__default_kernel_impl(x):
 
 
 def test_the_ops_answers_are_kept_and_a_warm_pass_judges_kernels_without_the_reference(
-    monkeypatch: pytest.MonkeyPatch,
+    forked: list[str],
 ) -> None:
-    forked: list[str] = []
-    fork = Run.fork
-
-    def spy(self: Run, role: str, build_dir: str) -> Any:
-        forked.append(role)
-        return fork(self, role, build_dir)
-
-    monkeypatch.setattr(Run, "fork", spy)
     body = {"dataset": "backendbench-opinfo", "op": "relu.default", "suite": "opinfo"}
     # as_strided's inputs are checked one at a time (never grouped): their answers are kept too
     strided = {**body, "op": "as_strided.default", "source": reference_source("as_strided.default")}
