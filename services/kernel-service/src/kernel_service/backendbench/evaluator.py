@@ -260,9 +260,8 @@ def _answer(sides: Sides, prep: Prepared, case: Case, pos: int) -> Answer | None
         snapshot(call.out) if keep else unwrap(call.out), (list(after[0]), after[1]),
         _side_aliases(call.out, call.packed),
     )  # fmt: skip
-    if keep and prep.answers is not None and prep.key is not None and prep.cache is not None:
-        prep.answers[pos] = answer
-        prep.cache.keep_answers(prep.key, {pos: answer})
+    if keep:
+        prep.keep({pos: answer})
     return answer
 
 
@@ -321,8 +320,8 @@ def _groups(cases: list[Case]) -> list[list[Case]]:
 def _answers(sides: Sides, prep: Prepared, cases: list[Case], at: int) -> list[Answer | None] | None:
     """The op's answer for each of ``cases`` (inputs ``at``, ``at + 1``, ... of the request; None: the op
     rejects that input): kept ones where the group was answered before, else from the reference process
-    in one call (then kept, when every input was accepted). None when the reference's driver would not
-    load, its call failed, or its answer has the wrong shape."""
+    in one call (then kept, when every input was accepted). None when its call failed or its answer has
+    the wrong shape."""
     kept = [prep.answers.get(at + i) for i in range(len(cases))] if prep.answers is not None else []
     if kept and all(a is not None for a in kept):
         return kept
@@ -345,10 +344,8 @@ def _answers(sides: Sides, prep: Prepared, cases: list[Case], at: int) -> list[A
                _side_aliases(out, ref_call.packed[i])) if ok else None
         for i, (ok, out) in enumerate(ref_out)
     ]  # fmt: skip
-    if keep and prep.answers is not None and prep.key is not None and prep.cache is not None:
-        new = {at + i: a for i, a in enumerate(answers) if a is not None}
-        prep.answers.update(new)
-        prep.cache.keep_answers(prep.key, new)
+    if keep:
+        prep.keep({at + i: a for i, a in enumerate(answers) if a is not None})
     return answers
 
 
@@ -359,7 +356,7 @@ def _grouped_check(
     input, its result (None: the op rejects it, not a test) and the ops the kernel called. The kernel sees
     only the inputs the op accepts, as when each is checked alone. None when the group must be checked
     input by input: the kernel raised on some input (its own call gives the message), a side refused the
-    group's outputs, or a driver would not load."""
+    group's outputs, or its answer had the wrong shape."""
     run, req = sides.run, prep.req
     answers = _answers(sides, prep, cases, at)
     if answers is None:
@@ -409,7 +406,7 @@ def _groupable(cases: list[Case]) -> bool:
 
 
 def _pairs(out: Any, n: int) -> bool:
-    """Whether a driver's answer has the expected shape: ``n`` (flag, output) pairs."""
+    """Whether a side's answer to :meth:`Run.tried` has the expected shape: ``n`` (flag, output) pairs."""
     return (
         isinstance(out, list)
         and len(out) == n
@@ -471,6 +468,12 @@ class Prepared:
     cache: CaseCache | None = None
     key: tuple[Any, ...] | None = None
     answers: dict[int, Answer] | None = None
+
+    def keep(self, answers: dict[int, Answer]) -> None:
+        """Keep the op's ``answers`` (by input position; the judge's own copies) with its inputs."""
+        if self.answers is not None and self.cache is not None and self.key is not None:
+            self.answers.update(answers)
+            self.cache.keep_answers(self.key, answers)
 
     @property
     def answered(self) -> bool:
