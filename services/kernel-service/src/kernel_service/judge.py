@@ -863,8 +863,8 @@ def _time(
         "ref_cached": cached is not None,
         "method": base.method
         + (
-            f"; each side's readings end once their median's standard error is within "
-            f"{rel:.2%} of it (at least {PRECISE_MIN_READINGS} readings)"
+            f"; each side's readings end at perf_trials calls or, after at least {PRECISE_MIN_READINGS} "
+            f"readings, once their median's standard error is within {rel:.2%} of it"
             if rel > 0
             else ""
         ),

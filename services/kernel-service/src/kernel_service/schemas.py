@@ -48,8 +48,8 @@ class EvalOptions(StrictModel):
         default=0.0025,
         ge=0,
         le=0.5,
-        description="GPU timing: a side's timed readings end once the standard error of their median is "
-        "within this share of it (after at least 20 readings), or at perf_trials calls; 0: always "
+        description="GPU timing: a side's timed readings end at perf_trials calls or, after at least 20 "
+        "readings, once the standard error of their median is within this share of it; 0: always "
         "perf_trials",
     )
     atol: float | None = Field(default=None, ge=0, description="None: 1e-4 for fp32, 1e-2 for fp16/bf16")
