@@ -70,15 +70,50 @@ def per_case(op: str) -> dict[str, Any]:
     return {"op": op, "prepare_s": prep_s, "inputs": len(rows), "slowest_inputs": rows[:6]}
 
 
+def profile_selfcheck(out: Path | None) -> int:
+    """The smoke self-check's batch (each op's kernel is the op itself) under cProfile: where an op's
+    timing in fresh pairs of processes spends its seconds."""
+    from backendbench_runner.baselines import aten_source
+
+    reqs = [
+        {**request(op), "suite": "smoke", "dataset": "backendbench-smoke", "source": aten_source(op),
+         "options": {"detect_original_op": False, "perf_trials": 20}}
+        for op in suite_ops("smoke")
+    ]  # fmt: skip
+    judge = default_judge()
+    evaluate_batch(reqs[:1], judge)  # the sides' first imports
+    prof = cProfile.Profile()
+    t0 = time.perf_counter()
+    prof.enable()
+    verdicts = evaluate_batch(reqs, judge)["verdicts"]
+    prof.disable()
+    wall = time.perf_counter() - t0
+    text = io.StringIO()
+    stats = pstats.Stats(prof, stream=text)
+    stats.sort_stats("cumulative").print_stats(45)
+    stats.sort_stats("tottime").print_stats(30)
+    rows = [(v["op"], v["outcome"], round(v["performance"], 4), round(v["duration_s"], 2)) for v in verdicts]
+    print(f"self-check batch: {wall:.1f} s", rows, flush=True)
+    print(text.getvalue()[:16000], flush=True)
+    if out:
+        save_report(out, {"wall_s": wall, "ops": rows, "profile": text.getvalue()[-20000:]})
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path)
     parser.add_argument("--case-op")
     parser.add_argument("--slow", type=int, default=4)
+    parser.add_argument(
+        "--selfcheck", action="store_true", help="profile the smoke self-check (each op timed against itself)"
+    )
     args = parser.parse_args()
     if args.case_op:
         print("CASE " + json.dumps(per_case(args.case_op)), flush=True)
         return 0
+    if args.selfcheck:
+        return profile_selfcheck(args.out)
     reqs = []
     for op in suite_ops("opinfo"):
         try:

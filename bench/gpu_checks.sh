@@ -2,7 +2,7 @@
 # The GPU checks a change to judging or timing owes, in one device call, most important first, each
 # under its own time limit so that one slow step cannot starve the rest; everything lands in $OUT.
 #
-#   bash bench/gpu_checks.sh [STEP ...]     steps: tests adversarial fidelity backendbench selfcheck level1 bbprofile drift runner_start
+#   bash bench/gpu_checks.sh [STEP ...]     steps: tests adversarial fidelity backendbench selfcheck level1 bbprofile drift runner_start selfprofile
 #
 # On the lent H100: carry the wheels (.whl: ../shared/device/wheels.sh, plus expecttest for OpInfo) and
 # the KernelBench problems (.gpudata/problems.jsonl, for level1). BB_ARGS: more flags for the backendbench
@@ -48,12 +48,13 @@ for s in "${steps[@]}"; do
     bbprofile)
       h100_index
       step bbprofile 250 python3 bench/backendbench_profile.py --slow 2 --out "$OUT/bbprofile.json" ;;
+    selfprofile) step selfprofile 200 python3 bench/backendbench_profile.py --selfcheck --out "$OUT/selfprofile.json" ;;
     selfcheck) step selfcheck 150 python3 bench/selfcheck_probe.py --out "$OUT/selfcheck_probe.json" ;;
     drift) step drift 150 python3 bench/process_drift_probe.py --out "$OUT/process_drift.json" ;;
     runner_start)  # what a runner process costs before its run loop: imports, listing the opinfo suite
       step runner_start 60 bash -c 'TIMEFORMAT="list-tasks %R s"; for i in 1 2 3; do time python3 -m backendbench_runner.cli list-tasks --suite opinfo >/dev/null; done; python3 -X importtime -c "import backendbench_runner.cli" 2>&1 | sort -t"|" -k2 -n | tail -25' ;;
     level1) step level1 560 python3 bench/kernelbench_gpu.py --model reference --dataset-file .gpudata/problems.jsonl \
       --level 1 --output-dir /tmp/kb --run-id l1 --budget-s 500 --out "$OUT/level1.json" ;;
-    *) echo "unknown step $s (tests adversarial fidelity backendbench selfcheck level1 bbprofile drift runner_start)"; exit 2 ;;
+    *) echo "unknown step $s (tests adversarial fidelity backendbench selfcheck level1 bbprofile drift runner_start selfprofile)"; exit 2 ;;
   esac
 done
