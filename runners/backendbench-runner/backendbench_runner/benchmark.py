@@ -194,7 +194,11 @@ class BackendBenchRunner(BenchmarkRunner):
             suite=task.suite,
             source=source,
             task_id=task.id,
-            options=BackendBenchOptions(trace=self._trace_inputs(task), timeout_s=task.timeout),
+            options=BackendBenchOptions(
+                trace=self._trace_inputs(task),
+                timeout_s=task.timeout,
+                perf_processes=self.run_options.perf_processes,
+            ),
         )
 
     def _trace_inputs(self, task: BackendBenchTask) -> dict[str, list[dict[str, Any]]] | None:

@@ -74,6 +74,7 @@ def test_aten_model_is_flagged_as_calling_the_original_op(
         (["--feedback", "always"], "--feedback"),
         (["--backend", "fortran"], "--backend"),
         (["--ops", " , "], "--ops"),
+        (["--perf-processes", "0"], "--perf-processes"),
     ],
 )
 def test_bad_flags_are_usage_errors_naming_the_flag(flags: list[str], message: str) -> None:

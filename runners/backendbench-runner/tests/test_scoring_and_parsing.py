@@ -61,3 +61,11 @@ def test_ops_override_and_suites() -> None:
     assert "_softmax" in {t.op for t in runner.load_tasks(None)}  # type: ignore[attr-defined]
     with pytest.raises(ValueError, match="--weights"):
         runner.configure({"weights": "bogus"})
+    # --perf-processes reaches each evaluation request; bad values name the flag
+    runner.configure({"suite": "smoke", "perf_processes": 2})
+    (task,) = runner.load_tasks(None)[:1]
+    assert runner.eval_request(task, "src").options.perf_processes == 2
+    runner.configure({"suite": "smoke"})
+    assert runner.eval_request(task, "src").options.perf_processes is None  # the service's default
+    with pytest.raises(ValueError, match="--perf-processes"):
+        runner.configure({"perf_processes": 9})
