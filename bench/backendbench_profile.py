@@ -70,6 +70,24 @@ def per_case(op: str) -> dict[str, Any]:
     return {"op": op, "prepare_s": prep_s, "inputs": len(rows), "slowest_inputs": rows[:6]}
 
 
+def profiled(
+    reqs: list[dict[str, Any]], judge: Any, cumulative: int, own: int
+) -> tuple[list[Any], float, str]:
+    """``reqs`` judged as one batch under cProfile: the verdicts, the wall time and the listing (the top
+    ``cumulative`` rows by cumulative time, then the top ``own`` by time spent in the function itself)."""
+    prof = cProfile.Profile()
+    t0 = time.perf_counter()
+    prof.enable()
+    verdicts = evaluate_batch(reqs, judge)["verdicts"]
+    prof.disable()
+    wall = time.perf_counter() - t0
+    text = io.StringIO()
+    stats = pstats.Stats(prof, stream=text)
+    stats.sort_stats("cumulative").print_stats(cumulative)
+    stats.sort_stats("tottime").print_stats(own)
+    return verdicts, wall, text.getvalue()
+
+
 def profile_selfcheck(out: Path | None) -> int:
     """The smoke self-check's batch (each op's kernel is the op itself) under cProfile: where an op's
     timing in fresh pairs of processes spends its seconds."""
@@ -82,21 +100,12 @@ def profile_selfcheck(out: Path | None) -> int:
     ]  # fmt: skip
     judge = default_judge()
     evaluate_batch(reqs[:1], judge)  # the sides' first imports
-    prof = cProfile.Profile()
-    t0 = time.perf_counter()
-    prof.enable()
-    verdicts = evaluate_batch(reqs, judge)["verdicts"]
-    prof.disable()
-    wall = time.perf_counter() - t0
-    text = io.StringIO()
-    stats = pstats.Stats(prof, stream=text)
-    stats.sort_stats("cumulative").print_stats(45)
-    stats.sort_stats("tottime").print_stats(30)
+    verdicts, wall, profile = profiled(reqs, judge, 45, 30)
     rows = [(v["op"], v["outcome"], round(v["performance"], 4), round(v["duration_s"], 2)) for v in verdicts]
     print(f"self-check batch: {wall:.1f} s", rows, flush=True)
-    print(text.getvalue()[:16000], flush=True)
+    print(profile[:16000], flush=True)
     if out:
-        save_report(out, {"wall_s": wall, "ops": rows, "profile": text.getvalue()[-20000:]})
+        save_report(out, {"wall_s": wall, "ops": rows, "profile": profile[-20000:]})
     return 0
 
 
@@ -125,23 +134,14 @@ def main() -> int:
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     report: dict[str, Any] = {"gpu": gpu, "ops": len(reqs)}
     for label in ("cold", "warm"):
-        prof = cProfile.Profile()
-        t0 = time.perf_counter()
-        prof.enable()
-        verdicts = evaluate_batch(reqs, judge)["verdicts"]
-        prof.disable()
-        wall = time.perf_counter() - t0
+        verdicts, wall, profile = profiled(reqs, judge, 30, 25)
         durations = sorted(((v["duration_s"], v["op"]) for v in verdicts), reverse=True)
-        text = io.StringIO()
-        stats = pstats.Stats(prof, stream=text)
-        stats.sort_stats("cumulative").print_stats(30)
-        stats.sort_stats("tottime").print_stats(25)
         report[label] = {
             "wall_s": wall,
             "correct": sum(v["outcome"] == "correct" for v in verdicts),
             "slowest": durations[:15],
             "median_s": durations[len(durations) // 2][0],
-            "profile": text.getvalue()[-12000:],
+            "profile": profile[-12000:],
         }
         print(f"{label}: {wall:.1f} s, correct {report[label]['correct']}/{len(reqs)}", flush=True)
         print(durations[:12], flush=True)
