@@ -3,12 +3,15 @@
 # under its own time limit so that one slow step cannot starve the rest; everything lands in $OUT.
 #
 #   bash bench/gpu_checks.sh [STEP ...]     steps: tests adversarial fidelity backendbench selfcheck level1 bbprofile drift runner_start selfprofile
+#                                            multigpu adversarial_gpu1 level1_one (two or more GPUs: see below)
 #
 # On the lent H100: carry the wheels (.whl: ../shared/device/wheels.sh, plus expecttest for OpInfo) and
 # the KernelBench problems (.gpudata/problems.jsonl, for level1). BB_ARGS: more flags for the backendbench
 # step (`--runs 3 --trials 20 20 20`: three warm suites, three self-check rounds). One device call runs at most 10 minutes:
 # `tests adversarial fidelity backendbench` fit one (575 s at most), `level1` another (560 s: the whole
 # 100-problem sweep, whose target is 5 minutes, with room to finish).
+# On a host of two or more GPUs: `multigpu` (jobs on every GPU at once), `adversarial_gpu1` (the adversarial
+# run on the second GPU alone), `level1` (every GPU) and `level1_one` (the same sweep on the first GPU alone).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-checks}
@@ -40,6 +43,8 @@ step() {  # name, seconds, command...
 for s in "${steps[@]}"; do
   case $s in
     tests) step tests 240 python3 -m pytest -m gpu tests/kernel_service/test_gpu.py tests/backendbench/test_gpu_backendbench.py -q -p no:cacheprovider ;;
+    multigpu) step multigpu 240 python3 -m pytest -m gpu tests/kernel_service/test_gpu_multi.py -q -p no:cacheprovider ;;
+    adversarial_gpu1) step adversarial_gpu1 120 python3 bench/adversarial/run_gpu.py --gpus 1 --out "$OUT/adversarial_gpu1.json" ;;
     adversarial) step adversarial 75 python3 bench/adversarial/run_gpu.py --out "$OUT/adversarial.json" ;;
     fidelity) step fidelity 60 python3 bench/timing_fidelity.py --calls 100 --mps off --jobs 2 --out "$OUT/fidelity.json" ;;
     backendbench)
@@ -55,6 +60,9 @@ for s in "${steps[@]}"; do
       step runner_start 60 bash -c 'TIMEFORMAT="list-tasks %R s"; for i in 1 2 3; do time python3 -m backendbench_runner.cli list-tasks --suite opinfo >/dev/null; done; python3 -X importtime -c "import backendbench_runner.cli" 2>&1 | sort -t"|" -k2 -n | tail -25' ;;
     level1) step level1 560 python3 bench/kernelbench_gpu.py --model reference --dataset-file .gpudata/problems.jsonl \
       --level 1 --output-dir /tmp/kb --run-id l1 --budget-s 500 --out "$OUT/level1.json" ;;
-    *) echo "unknown step $s (tests adversarial fidelity backendbench selfcheck level1 bbprofile drift runner_start selfprofile)"; exit 2 ;;
+    level1_one) step level1_one 560 env CUDA_VISIBLE_DEVICES=0 python3 bench/kernelbench_gpu.py --model reference \
+      --dataset-file .gpudata/problems.jsonl --level 1 --output-dir /tmp/kb1 --run-id l1one --budget-s 500 \
+      --out "$OUT/level1_one.json" ;;
+    *) echo "unknown step $s (see the steps at the top)"; exit 2 ;;
   esac
 done

@@ -79,14 +79,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--only", nargs="*", default=None, help="case names to run")
+    parser.add_argument(
+        "--gpus", default="all", help="GPU indices for the service (`1`: the second GPU alone), or all"
+    )
     args = parser.parse_args()
+    gpus = None if args.gpus == "all" else [int(g) for g in args.gpus.split(",")]
 
     from kernel_service.service import KernelService, KernelServiceConfig
 
     from benchmark_runner.service.app import ServiceConfig, make_app
     from benchmark_runner.service.server import start_server
 
-    service = KernelService(KernelServiceConfig(gpus=None, compile_step=False))
+    service = KernelService(KernelServiceConfig(gpus=gpus, compile_step=False))
     app = make_app(service, ServiceConfig())
     honest = (GPU_CASES / "honest_gpu.py").read_text()
     refs = {p.stem: p.read_text() for p in GPU_CASES.glob("ref_*.py")}
@@ -126,6 +130,7 @@ def main() -> int:
                     "speedup": res.get("speedup"),
                     "message": str(res.get("message", ""))[:300],
                     "uses_custom_kernel": res.get("uses_custom_kernel"),
+                    "worker_id": res.get("worker_id"),
                     "defended": ok,
                     "next_honest": f"{health.get('outcome')} x{health.get('speedup')}",
                     "service_healthy": healthy,
@@ -146,6 +151,7 @@ def main() -> int:
         json.dumps(
             {
                 "gpu": gpu,
+                "service_gpus": args.gpus,
                 "host": platform.node(),
                 "versions": versions,
                 "total_s": round(time.monotonic() - t_start, 1),

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
 import uuid
 from typing import Any
 
@@ -47,8 +48,12 @@ class WorkerActor:
         if use_gpu:
             import ray
 
+            # Ray set this actor's CUDA_VISIBLE_DEVICES to the GPU it assigned (its own id list may be
+            # indices into a node's CUDA_VISIBLE_DEVICES, not the names the driver knows).
             ids = ray.get_gpu_ids()
-            device = ",".join(str(int(i)) for i in ids) if ids else None
+            device = os.environ.get("CUDA_VISIBLE_DEVICES") or (
+                ",".join(str(i) for i in ids) if ids else None
+            )
         # Actors on one host count worker ids from 1 each: a root of its own keeps their temp dirs apart.
         own_root = config.root / "ray" / uuid.uuid4().hex[:8]
         self.pool = WorkerPool(dataclasses.replace(config, root=own_root), [device])

@@ -118,7 +118,7 @@ def launch_prefix(
         return _unshare_base(exe)
     exe = shutil.which("bwrap")
     assert exe is not None
-    cmd = [exe, "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc"]
+    cmd = [exe, "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--tmpfs", "/dev/shm", "--proc", "/proc"]
     cmd += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--die-with-parent"]
     cmd += ["--tmpfs", "/tmp"]
     for p in hidden:
@@ -144,7 +144,7 @@ ENV_ALLOW = frozenset(
         "PYTHONPATH", "PYTHONHASHSEED",
         "LD_LIBRARY_PATH", "LIBRARY_PATH", "CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH",
         "CC", "CXX", "MAX_JOBS",
-        "CUDA_HOME", "CUDA_PATH", "CUDA_MODULE_LOADING", "TORCH_CUDA_ARCH_LIST",
+        "CUDA_HOME", "CUDA_PATH", "CUDA_MODULE_LOADING", "CUDA_DEVICE_ORDER", "TORCH_CUDA_ARCH_LIST",
         "TRITON_PTXAS_PATH", "TRITON_CUOBJDUMP_PATH", "TRITON_NVDISASM_PATH", "TRITON_LIBCUDA_PATH",
     }
 )  # fmt: skip
@@ -367,6 +367,28 @@ def harden_worker(policy: HardenPolicy, launcher: Launcher = "none") -> Isolatio
     if launcher == "none":
         report.fallbacks.append("no namespaces: the worker shares the host's PID and network namespaces")
     return report
+
+
+#: ``mount(2)`` flags of a worker's own ``/dev/shm``.
+_MS_NOSUID, _MS_NODEV = 2, 4
+
+
+def private_shm() -> str | None:
+    """Mount an empty tmpfs on ``/dev/shm`` in this process's own mount namespace (call it only under a
+    launcher that made one); the reason when that failed, else None.
+
+    Why: the CUDA driver backs inter-process events (the judge's *go*, a side's *done*) with POSIX shared
+    memory named after the creating process's PID. Every worker in a PID namespace of its own has the same
+    PIDs (its judge is PID 1, its zygote 2, ...), so with the host's ``/dev/shm`` two workers on two GPUs
+    opened each other's events: a side started before its inputs were written (wrong outputs, slow input
+    preparation) whenever another GPU's worker was busy (measured on a 2x H200 host, BENCHMARKS.md). A
+    private ``/dev/shm`` gives each worker (its judge, zygote and sides) a namespace of names of its own.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    rc = libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", ctypes.c_ulong(_MS_NOSUID | _MS_NODEV), b"mode=1777")
+    if rc != 0:
+        return f"a private /dev/shm could not be mounted: {os.strerror(ctypes.get_errno())}"
+    return None
 
 
 def policy_from_env(tmp: Path, env: Mapping[str, str] = os.environ) -> HardenPolicy:

@@ -19,6 +19,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, overload
@@ -74,6 +75,25 @@ def detect_gpus() -> list[int]:
         return list(range(torch.cuda.device_count()))
     except Exception:  # noqa: BLE001 - no torch / broken driver: no GPUs
         return []
+
+
+def worker_gpu(index: int, env: Mapping[str, str] = os.environ) -> str:
+    """The ``CUDA_VISIBLE_DEVICES`` a worker gets for this process's GPU ``index``.
+
+    A worker's own variable replaces the service's, so an index of the service's (GPU 0 of a service
+    started with ``CUDA_VISIBLE_DEVICES=2,3``) must become the entry it stands for (``2``): a bare index
+    would put the worker on another GPU than the one the service counted, perhaps beside another worker.
+    """
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return str(index)
+    names = [v.strip() for v in visible.split(",") if v.strip()]
+    if not 0 <= index < len(names):
+        raise ValueError(
+            f"gpus: GPU {index} is not visible to the service (CUDA_VISIBLE_DEVICES={visible!r} names "
+            f"{len(names)}; use indices 0..{len(names) - 1})"
+        )
+    return names[index]
 
 
 @dataclass
@@ -219,7 +239,9 @@ class KernelService(BenchmarkService):
             "TORCHINDUCTOR_COMPILE_THREADS": "1",
         }
         devices: list[str | None] = (
-            [str(g) for g in self.gpus] if self.gpus else [None] * max(1, cfg.cpu_workers)
+            [worker_gpu(g) if self._ray is None else str(g) for g in self.gpus]
+            if self.gpus
+            else [None] * max(1, cfg.cpu_workers)
         )
         # No compile pool (BackendBench's service): nothing to keep the eval workers' cores from, so
         # they get every core (their judge, two sides and the next op's preparation thread).

@@ -160,6 +160,12 @@ def main(argv: list[str] | None = None) -> int:
     launcher: sandbox.Launcher = "none"
     if os.environ.get("KS_SANDBOX_LAUNCHER") in ("bwrap", "unshare"):
         launcher = "bwrap" if os.environ["KS_SANDBOX_LAUNCHER"] == "bwrap" else "unshare"
+    # Before anything creates a CUDA inter-process event (see sandbox.private_shm): bwrap mounted it already.
+    shm_note = sandbox.private_shm() if launcher == "unshare" else None
+    if shm_note and os.environ.get("CUDA_VISIBLE_DEVICES"):
+        # Judging beside another worker would then be wrong, not merely less isolated: refuse to start.
+        sys.stderr.write(f"{shm_note}: this GPU worker's inter-process events would not be its own\n")
+        sys.exit(3)
     # The zygote starts before this process restricts itself: the side processes it forks then carry
     # only their own Landlock domain (their CUDA driver must write under their own /proc/<pid>, which a
     # domain inherited from the judge would forbid). It runs no code it is sent.
@@ -169,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     zygote = Zygote(tmp / "zygote-log.txt") if args.worker_id.startswith("eval") else None
     isolation = sandbox.harden_worker(policy, launcher=launcher)
     isolation.fallbacks[:0] = [n for n in os.environ.get("KS_SANDBOX_NOTES", "").split("\n") if n]
+    if shm_note:
+        isolation.fallbacks.append(shm_note)
     sandbox.become_subreaper()
     channel = Channel(args.result_fd)
     os.set_inheritable(args.result_fd, False)  # children of the solution (compilers...) do not get it
