@@ -67,6 +67,38 @@ def test_the_service_workers_report_no_shared_dev_shm(kernel_server: RunningServ
     assert not [n for n in iso["fallbacks"] if "/dev/shm" in n], iso
 
 
+PROBE_LOOP = r"""
+import sys
+from pathlib import Path
+from kernel_service.harness import usable_build_dir
+for _ in range(3000):
+    assert usable_build_dir(Path(sys.argv[1]), Path(sys.argv[2])) == sys.argv[1]
+print("ok")
+"""
+
+
+def test_workers_with_the_same_pid_probe_one_build_dir_at_once(tmp_path: Path) -> None:
+    """Two workers (each PID 1 in its namespace) check the shared build cache is writable, at once: a
+    probe file named by PID was unlinked by the other worker (FileNotFoundError, an unknown_error)."""
+    _unshare()
+    build = tmp_path / "build-cache" / "key"
+    build.mkdir(parents=True)
+    prefix = sandbox.launch_prefix("unshare", writable=[tmp_path])
+    children = [
+        subprocess.Popen(
+            [*prefix, sys.executable, "-c", PROBE_LOOP, str(build), str(tmp_path / f"w{i}")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    for child in children:
+        out, err = child.communicate(timeout=120)
+        assert child.returncode == 0 and out.strip() == "ok", err[-2000:]
+    assert list(build.iterdir()) == []  # no probe left behind
+
+
 @pytest.mark.parametrize(
     ("visible", "index", "expected"),
     [

@@ -12,6 +12,7 @@ import os
 import platform
 import random
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -145,9 +146,11 @@ def usable_build_dir(build_dir: Path, workdir: Path) -> str:
     """
     try:
         build_dir.mkdir(parents=True, exist_ok=True)
-        probe = build_dir / f".writable-{os.getpid()}"
-        probe.touch()
-        probe.unlink()
+        # A name of its own: every worker in a PID namespace of its own has the same PID, and workers on
+        # other GPUs probe the same build dir at once (one unlinked another's probe: issue 29).
+        fd, probe = tempfile.mkstemp(prefix=".writable-", dir=build_dir)
+        os.close(fd)
+        os.unlink(probe)
         return str(build_dir)
     except PermissionError:
         local = workdir / "torch_extensions"
