@@ -2,8 +2,11 @@
 # The GPU checks a change to judging or timing owes, in one device call, most important first, each
 # under its own time limit so that one slow step cannot starve the rest; everything lands in $OUT.
 #
-#   bash bench/gpu_checks.sh [STEP ...]     steps: tests adversarial fidelity backendbench selfcheck level1 bbprofile drift runner_start selfprofile
+#   bash bench/gpu_checks.sh [STEP ...]     steps: tests adversarial fidelity backendbench level1 runner_start
 #                                            multigpu adversarial_gpu1 level1_one (two or more GPUs: see below)
+#
+# With no STEP: tests adversarial fidelity backendbench level1. Each step's command and what it measures are
+# in BENCHMARKS.md (the BackendBench step includes the timing self-check, each smoke op against itself).
 #
 # On the lent H100: carry the wheels (.whl: ../shared/device/wheels.sh, plus expecttest for OpInfo) and
 # the KernelBench problems (.gpudata/problems.jsonl, for level1). BB_ARGS: more flags for the backendbench
@@ -24,7 +27,7 @@ export PYTHONPATH=$PWD/src:$PWD/services/kernel-service/src:$PWD/runners/backend
 export PYTHONUNBUFFERED=1
 INDEX=bench/results/opinfo_index_h100_torch2.11.json  # skips a ~44 s rebuild when the torch matches
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(tests adversarial fidelity backendbench selfcheck level1)
+[ ${#steps[@]} -eq 0 ] && steps=(tests adversarial fidelity backendbench level1)
 
 h100_index() {  # the opinfo index built on the H100 for this torch, if it matches
   python3 -c "import torch, json, sys; sys.exit(json.load(open('$INDEX')).get('torch') != torch.__version__)" \
@@ -50,12 +53,6 @@ for s in "${steps[@]}"; do
     backendbench)
       h100_index
       step backendbench 300 python3 bench/backendbench_suite_speed.py --index auto --runs 2 --out "$OUT/backendbench.json" ${BB_ARGS:-} ;;
-    bbprofile)
-      h100_index
-      step bbprofile 250 python3 bench/backendbench_profile.py --slow 2 --out "$OUT/bbprofile.json" ;;
-    selfprofile) step selfprofile 200 python3 bench/backendbench_profile.py --selfcheck --out "$OUT/selfprofile.json" ;;
-    selfcheck) step selfcheck 150 python3 bench/selfcheck_probe.py --out "$OUT/selfcheck_probe.json" ;;
-    drift) step drift 150 python3 bench/process_drift_probe.py --out "$OUT/process_drift.json" ;;
     runner_start)  # what a runner process costs before its run loop: imports, listing the opinfo suite
       step runner_start 60 bash -c 'TIMEFORMAT="list-tasks %R s"; for i in 1 2 3; do time python3 -m backendbench_runner.cli list-tasks --suite opinfo >/dev/null; done; python3 -X importtime -c "import backendbench_runner.cli" 2>&1 | sort -t"|" -k2 -n | tail -25' ;;
     level1) step level1 560 python3 bench/kernelbench_gpu.py --model reference --dataset-file .gpudata/problems.jsonl \
