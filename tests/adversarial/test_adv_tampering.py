@@ -28,7 +28,7 @@ def test_tampering_gains_nothing_and_does_not_outlive_its_job(client: httpx.Clie
     res, _ = evaluate(client, source(case))
     if res.outcome == "correct" and (res.speedup or 0) > 1.1:
         # CPU timing on the 2-core box has a tail: honest pairs read 0.96-1.05 over 12 jobs
-        # (bench/cpu_timing_spread.py) and up to 1.13 in 3 of 12 runs here. These cheats, when
+        # (BENCHMARKS.md, CPU timing) and up to 1.13 in 3 of 12 runs here. These cheats, when
         # they work, gain 2-5x on every job: judged once more, a real gain shows again.
         res, _ = evaluate(client, source(case))
     assert res.outcome != "correct" or (res.speedup or 0) <= 1.1, (

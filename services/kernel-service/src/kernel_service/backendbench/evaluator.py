@@ -961,7 +961,7 @@ def _shapes(case: Case) -> Iterator[tuple[Any, ...]]:
 
 #: On a GPU, an op's performance inputs are timed in this many fresh pairs of side processes, each pair
 #: taking its share of the readings (the candidate's process killed before the reference's is timed).
-#: One process reads the same op steadily up to ~2.5% off another (``process_drift_probe.py``: sd
+#: One process reads the same op steadily up to ~2.5% off another (BENCHMARKS.md, "How the figures got here": sd
 #: 0.9-1.7% between processes timed at the same moments, 0.1-0.3% within one over time; the smoke
 #: self-check's timing report, ``pair_sd_*_pct``: 0.4-2.1%): the mean over several processes is what makes
 #: an op read within +-2% of itself.
