@@ -60,6 +60,21 @@ def test_mismatch_lists_every_differing_key() -> None:
     assert "model: stored 'm1', now 'm2'" in msg and "--overwrite" in msg
 
 
+def test_an_option_added_later_compares_as_its_default() -> None:
+    """A run stored before an option existed ran as its default: it resumes under it, and only under it."""
+    old = _config()
+    now = _config(generation_options={"temperature": 0.0, "backend": "cuda", "precision": "fp32"})
+    defaults = {"generation_options.precision": "fp32"}
+    check_compatible(old, now, "r", defaults)
+    with pytest.raises(ConfigMismatch, match="precision: stored 'fp32', now 'bf16'"):
+        bf16 = _config(generation_options={"temperature": 0.0, "backend": "cuda", "precision": "bf16"})
+        check_compatible(old, bf16, "r", defaults)
+    with pytest.raises(ConfigMismatch, match="precision: stored 'bf16', now 'fp32'"):
+        check_compatible(bf16, now, "r", defaults)
+    with pytest.raises(ConfigMismatch):  # without the defaults, the absent key differs
+        check_compatible(old, now, "r")
+
+
 def test_dataset_content_change_is_a_mismatch() -> None:
     b = _config(dataset=DatasetIdentity(kind="file", name="d.jsonl", sha256="def"))
     with pytest.raises(ConfigMismatch, match=r"dataset\.sha256"):
@@ -101,3 +116,23 @@ def test_plan_resume_splits_by_what_is_on_disk() -> None:
     assert [t.id for t, _ in plan.to_evaluate] == ["b", "e"]  # never re-generated
     assert [t.id for t in plan.to_generate] == ["c", "d", "f"]  # failed generation is retried
     assert plan.n_todo == 5
+
+
+def test_option_defaults_are_the_declared_plain_values() -> None:
+    import click
+
+    from benchmark_runner.cli import option_defaults
+
+    class Runner:
+        @classmethod
+        def cli_options(cls) -> list[click.Option]:
+            return [
+                click.Option(["--a"]),  # no default: click's sentinel, never a value to compare
+                click.Option(["--b"], default="x"),
+                click.Option(["--c"], is_flag=True),
+                click.Option(["--d"], multiple=True, default=["1"]),
+                click.Option(["--e"], default=None),
+                click.Option(["--f"], type=int, default=3),
+            ]
+
+    assert option_defaults(Runner) == {"generation_options.b": "x", "generation_options.f": 3}  # type: ignore[arg-type]

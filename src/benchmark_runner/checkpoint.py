@@ -104,9 +104,13 @@ def parse_stored_config(raw: dict[str, Any], where: str) -> RunConfig:
         ) from exc
 
 
-def check_compatible(stored: RunConfig, current: RunConfig, run_dir: str) -> None:
-    """Raise ``ConfigMismatch`` listing every differing identity key, stored vs. now."""
-    a, b = stored.identity(), current.identity()
+def check_compatible(
+    stored: RunConfig, current: RunConfig, run_dir: str, defaults: dict[str, Any] | None = None
+) -> None:
+    """Raise ``ConfigMismatch`` listing every differing identity key, stored vs. now. ``defaults``: values
+    of identity keys (``generation_options.precision``) that a stored config made before the option
+    existed lacks; such a run ran as the default, so it resumes under it and under nothing else."""
+    a, b = {**(defaults or {}), **stored.identity()}, current.identity()
     keys = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
     if not keys:
         return

@@ -280,6 +280,16 @@ def stored_options(adapter_cls: type[BenchmarkRunner], config: RunConfig) -> dic
     return {k: v for k, v in config.generation_options.items() if k in names}
 
 
+def option_defaults(adapter_cls: type[BenchmarkRunner]) -> dict[str, Any]:
+    """The runner flags' declared defaults as identity keys: a run stored before a flag existed lacks
+    its key, and ran as its default (``check_compatible``)."""
+    return {  # plain values only: click marks an option without a default with a sentinel
+        f"generation_options.{o.name}": o.default
+        for o in adapter_cls.cli_options()
+        if o.name and isinstance(o.default, str | int | float | bool) and not o.multiple
+    }
+
+
 def stored_tasks(adapter_cls: type[BenchmarkRunner], artifacts: RunArtifacts) -> list[Task]:
     runner_cls = adapter_cls
     rows = artifacts.read_task_rows()
@@ -662,7 +672,10 @@ def execute_run(adapter_cls: type[BenchmarkRunner], args: RunArgs, default_datas
             stored = artifacts.read_config()
             if stored is not None:
                 check_compatible(
-                    parse_stored_config(stored, str(artifacts.config_path)), config, str(artifacts.run_dir)
+                    parse_stored_config(stored, str(artifacts.config_path)),
+                    config,
+                    str(artifacts.run_dir),
+                    option_defaults(adapter_cls),
                 )
             else:
                 artifacts.write_config(config.model_dump(mode="json"))

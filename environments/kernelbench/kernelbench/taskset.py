@@ -43,13 +43,16 @@ class KernelBenchTasksetConfig(vf.TasksetConfig):
     """What the model writes and the service compiles (CPU workers judge ``torch`` and ``cpp`` only)."""
     max_turns: int = Field(default=5, ge=1, le=100)
     """Model calls per rollout (with feedback)."""
-    feedback: Literal["until_correct", "none", "always"] = "until_correct"
+    feedback: Literal["until_correct", "none", "always", "profile"] = "until_correct"
     """until_correct: stop at the first correct kernel; none: single-shot, no tools; always: go on to
-    ``finish`` or ``max_turns``."""
+    ``finish`` or ``max_turns``; profile: as always, with a profile of each correct kernel and the
+    reference (kernels, calls, times, ncu metrics where ncu runs) in its feedback."""
     tolerance: float | None = Field(default=None, gt=0)
     """atol = rtol for correctness (default: upstream's 1e-4 fp32, 1e-2 fp16/bf16)."""
     tf32: Literal["default", "off", "on"] = "default"
     """TF32 for fp32 matmuls and convolutions, both sides alike."""
+    precision: Literal["fp32", "fp16", "bf16"] = "fp32"
+    """The dtype both sides run at: floating inputs, init inputs, parameters and buffers cast to it."""
     prompt_source: Literal["full", "model"] = "full"
     """full: the whole problem file, as upstream prompts; model: ``Model`` and imports only."""
     service_url: str | None = None
@@ -69,6 +72,7 @@ class KernelBenchTasksetConfig(vf.TasksetConfig):
                 "level": self.level,
                 "tolerance": self.tolerance,
                 "tf32": self.tf32,
+                "precision": self.precision,
                 "prompt_source": self.prompt_source,
             }
         )
@@ -166,6 +170,7 @@ class KernelBenchTaskset(vf.Taskset[KernelBenchRLTask, KernelBenchTasksetConfig]
                 cfg.max_turns,
                 use_tools=options.feedback != "none",
                 source_mode=options.prompt_source,
+                profile=options.feedback == "profile",
             )
             fields: dict[str, Any] = {
                 "id": problem.id,

@@ -148,6 +148,33 @@ def test_a_trainers_turn_limit_ends_the_loop_and_the_last_kernel_is_scored(kerne
     assert trace.rewards["kernel_reward"].score == -5.0  # DESIGN.md: compilation failure
 
 
+def test_a_bf16_rollout_with_profile_feedback(kernel_service: Service) -> None:
+    """``precision`` and ``feedback: profile`` as the runner's flags: the correct kernel's feedback holds
+    the profile table the model reads next, and every verdict (the reward's too) is at bf16."""
+    with FakeLLMServer(SCRIPT) as fake:
+        trace = rollout(
+            fake.url,
+            task_ids=[TASK],
+            service_url=kernel_service.url,
+            backend="torch",
+            feedback="profile",
+            precision="bf16",
+            max_turns=4,
+        )
+        requests = fake.requests
+    assert trace.ok and not trace.errors, trace.errors
+    assert "profile of one untimed call" in requests[0]["messages"][0]["content"]  # the system prompt
+    broken, right = trace.info["kernels"]
+    assert "profile" not in broken["feedback"]  # a kernel that failed has no profile
+    table = right["feedback"]["profile"]
+    assert table.startswith("Profile of one untimed call") and "aten::clamp_min" in table
+    fed_back = requests[2]["messages"][-1]
+    assert fed_back["role"] == "tool" and fed_back["content"].endswith(table)
+    assert {k["result"]["precision"] for k in trace.info["kernels"]} == {"bf16"}
+    evaluation = trace.info["evaluation"]["data"]
+    assert evaluation["details"]["precision"] == "bf16" and evaluation["details"]["profile"] is None
+
+
 def test_taskset_mirrors_the_runner_flags_and_its_data_crosses_the_wire() -> None:
     config = KernelBenchTasksetConfig(id="kernelbench", level=[2], backend="cpp", feedback="none")
     tasks = list(KernelBenchTaskset(config))
@@ -167,6 +194,10 @@ def test_taskset_mirrors_the_runner_flags_and_its_data_crosses_the_wire() -> Non
         list(KernelBenchTaskset(KernelBenchTasksetConfig(id="kernelbench", task_ids=["L9_1"])))
     with pytest.raises(ValueError, match="backend"):
         KernelBenchTasksetConfig(id="kernelbench", backend="fortran")  # type: ignore[arg-type]
+    bf16 = KernelBenchTasksetConfig(id="kernelbench", precision="bf16", feedback="profile").runner_options()
+    assert bf16.eval_options() == {"precision": "bf16"} and bf16.feedback == "profile"
+    with pytest.raises(ValueError, match="precision"):
+        KernelBenchTasksetConfig(id="kernelbench", precision="fp8")  # type: ignore[arg-type]
 
 
 def test_vf_eval_runs_a_task_with_the_embedded_service(tmp_path: Path) -> None:

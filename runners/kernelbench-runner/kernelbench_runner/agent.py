@@ -14,6 +14,10 @@ Feedback modes (``--feedback``), with ``T`` = ``--max-turns`` model calls per tr
   first correct kernel, at ``finish``, or after ``T`` calls.
 - ``always``: like ``until_correct`` but does not stop at a correct kernel: the model keeps
   optimising until ``finish`` or ``T`` calls.
+- ``profile``: like ``always``, and each kernel is evaluated with ``options.profile``: a correct
+  kernel's feedback carries a table of its kernels and the reference's (calls, times, the share of the
+  call outside kernels, ncu metrics where ncu runs), trimmed to ``prompts.PROFILE_CHARS``; the system
+  prompt says how to read it.
 
 Strategies (``--strategy``, ``--samples N``):
 
@@ -46,7 +50,7 @@ from pydantic import Field
 from . import prompts
 from .problems import KernelBenchTask
 
-FeedbackMode = Literal["until_correct", "none", "always"]
+FeedbackMode = Literal["until_correct", "none", "always", "profile"]
 Strategy = Literal["best-of-n", "tree"]
 
 #: ``evaluate_fn(solution_source, backend)`` -> a KernelEvalResponse-shaped dict (outcome, speedup, ...).
@@ -225,7 +229,9 @@ class KernelAgent:
                 for call in response.tool_calls:
                     reply, candidate, finished_now = await self._tool(call, index, k, sample, evaluate)
                     turn.tool_calls.append(call.model_copy(update={"result": reply}))
-                    messages.append({"role": "tool", "tool_call_id": call.id, "content": json.dumps(reply)})
+                    messages.append(
+                        {"role": "tool", "tool_call_id": call.id, "content": prompts.render(reply)}
+                    )
                     if candidate is not None:
                         produced.append(candidate)
                         k += 1
@@ -334,6 +340,7 @@ class KernelAgent:
             opts.max_turns,
             use_tools=opts.feedback != "none",
             source_mode=opts.prompt_source,
+            profile=opts.feedback == "profile",
         )
 
     async def _best_of_n(self, task: KernelBenchTask, opening: list[dict[str, Any]] | None = None) -> None:

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 DEFAULT_DATASET_FILE = Path(__file__).parent / "data" / "sample.jsonl"
 
 BackendName = Literal["cuda", "triton", "cpp", "torch"]
+PrecisionName = Literal["fp32", "fp16", "bf16"]
 
 _STATUS_OF_OUTCOME: dict[str, EvalStatus] = {
     "correct": EvalStatus.CORRECT,
@@ -64,6 +65,9 @@ class KernelBenchOptions(StrictModel):
     level: list[int] = Field(default_factory=list, description="keep only these levels (empty: all)")
     tolerance: float | None = Field(default=None, gt=0, description="atol = rtol; None: upstream defaults")
     tf32: Literal["default", "off", "on"] = "default"
+    precision: PrecisionName = Field(
+        default="fp32", description="dtype both sides run at (inputs, init inputs, parameters and buffers)"
+    )
     price_in: float | None = Field(default=None, ge=0, description="$ per 1M prompt tokens")
     price_out: float | None = Field(default=None, ge=0, description="$ per 1M completion tokens")
     prompt_source: Literal["full", "model"] = "full"
@@ -82,11 +86,19 @@ class KernelBenchOptions(StrictModel):
             raise click.BadParameter(describe_validation_error(exc)) from exc
 
     def eval_options(self) -> dict[str, Any]:
-        """``KernelEvalRequest.options`` for every evaluation of this run."""
+        """``KernelEvalRequest.options`` for every evaluation of this run (the verdict's options: the
+        agent's own calls add ``profile`` with ``--feedback profile``, ``agent_eval_options``)."""
         options: dict[str, Any] = {"tf32": self.tf32} if self.tf32 != "default" else {}
         if self.tolerance is not None:
             options["tolerance"] = self.tolerance
+        if self.precision != "fp32":  # fp32 is every service's default: requests stay as they were
+            options["precision"] = self.precision
         return options
+
+    def agent_eval_options(self) -> dict[str, Any]:
+        """The options of the kernels the agent runs: ``eval_options``, with a profile of each one when
+        the feedback is ``profile``."""
+        return {**self.eval_options(), **({"profile": True} if self.feedback == "profile" else {})}
 
 
 def _option(*decls: str, **kwargs: Any) -> click.Option:
@@ -104,10 +116,11 @@ def make_cli_options() -> list[click.Option]:
         ),
         _option(
             "--feedback",
-            type=click.Choice(["until_correct", "none", "always"]),
+            type=click.Choice(["until_correct", "none", "always", "profile"]),
             default=None,
             help="until_correct: stop at the first correct kernel; none: single-shot, no tools; "
-            "always: keep optimising for --max-turns [default: until_correct]",
+            "always: keep optimising for --max-turns; profile: as always, each correct kernel's feedback "
+            "with a profile of its kernels and the reference's [default: until_correct]",
         ),
         _option(
             "--strategy",
@@ -140,6 +153,15 @@ def make_cli_options() -> list[click.Option]:
             help="TF32 for fp32 matmuls and convolutions, reference and kernel alike: default keeps "
             "PyTorch's (cuDNN convolutions may use it; as upstream), off checks against IEEE fp32 "
             "[default: default]",
+        ),
+        _option(
+            "--precision",
+            type=click.Choice(["fp32", "fp16", "bf16"]),
+            default="fp32",
+            show_default=True,
+            help="dtype of the reference and the kernel alike: floating inputs, init inputs and the models' "
+            "parameters and buffers cast to it, as upstream KernelBench's precision (default tolerance "
+            "1e-4 fp32, 1e-2 fp16/bf16); part of the run's identity",
         ),
         _option(
             "--price-in", type=click.FloatRange(min=0), default=None, help="$ per 1M prompt tokens (for cost)"
@@ -262,7 +284,7 @@ class KernelBenchRunner(BenchmarkRunner):
         """The agent's ``evaluate_fn``: one kernel of ``task`` through the kernel service's /v1/evaluate."""
 
         async def evaluate(solution: str, backend: str) -> dict[str, Any]:
-            body = self._request(task, solution, backend, options.eval_options())
+            body = self._request(task, solution, backend, options.agent_eval_options())
             answer = await self.kernel_service().post("/v1/evaluate", body)
             if not isinstance(answer, dict):
                 raise ValueError(f"kernel service answered {type(answer).__name__}, expected a JSON object")
@@ -397,6 +419,9 @@ class KernelBenchRunner(BenchmarkRunner):
                 if isinstance(t := e.data.details.get("tf32"), dict)
             }
         )
+        precisions = sorted(
+            {str(e.data.details["precision"]) for e in evaluations if e.data.details.get("precision")}
+        )
         return ScoreResult(
             model=model,
             n_tasks=len(evaluations),
@@ -416,6 +441,7 @@ class KernelBenchRunner(BenchmarkRunner):
                 "outcomes": outcome_counts(records),
                 "tolerance": tolerances,
                 "tf32": tf32,
+                "precision": precisions or [self.settings.precision],
                 "fast_p_curve": fast_p_curve(records, [i / 10 for i in range(31)]),
                 "price_in": self.settings.price_in,
                 "price_out": self.settings.price_out,

@@ -23,6 +23,11 @@ BACKEND_DISPLAY: dict[str, str] = {
 
 #: Largest error text fed back to the model: the end of a log is where the error is.
 FEEDBACK_CHARS = 2000
+#: Largest profile table fed back to the model (``--feedback profile``; ~600 tokens).
+PROFILE_CHARS = 2400
+#: Kernels listed at most per side in that table (the reference's fewer: it is context).
+PROFILE_ROWS = {"candidate": 10, "reference": 5}
+PROFILE_NAME_CHARS = 90
 
 SYSTEM_PROMPT = """\
 You are an expert GPU kernel engineer. You write custom {backend_display} to replace the PyTorch \
@@ -44,6 +49,16 @@ whether it compiled, whether it is correct, and the speedup over the reference, 
 - `finish(python=None)`: submit your final answer (pass `python` to submit that module; without it the \
 best correct kernel you ran is submitted) and stop.
 You have at most {max_turns} turns. If you cannot call tools, answer with the module in a ```python block.
+"""
+
+PROFILE_HELP = """\
+Each correct kernel's result also carries a profile of one untimed call of your ModelNew and of the \
+reference Model: per kernel (on a CPU, per PyTorch op) its calls and time in microseconds, heaviest \
+first, and the share of the call spent outside kernels (launches, Python, synchronisation: when it is \
+large, fuse kernels or cut host work). Where Nsight Compute runs, your heaviest kernel's SM and DRAM \
+throughput (% of peak: high DRAM with low SM means memory-bound; both low means latency- or \
+occupancy-bound), achieved occupancy and registers per thread follow. The profile is advice; only the \
+measured speedup counts.
 """
 
 SINGLE_SHOT_HELP = """
@@ -101,8 +116,11 @@ def prompt_source(task: KernelBenchTask, mode: str = "full") -> str:
     raise ValueError(f"prompt source must be 'full' or 'model', got {mode!r}")
 
 
-def system_prompt(backend: str, max_turns: int, use_tools: bool = True) -> str:
+def system_prompt(backend: str, max_turns: int, use_tools: bool = True, profile: bool = False) -> str:
+    """``profile`` (``--feedback profile``): a paragraph on reading the profile each result carries."""
     help_text = TOOL_HELP.format(max_turns=max_turns) if use_tools else SINGLE_SHOT_HELP
+    if use_tools and profile:
+        help_text += PROFILE_HELP
     return SYSTEM_PROMPT.format(backend_display=BACKEND_DISPLAY.get(backend, backend), tool_help=help_text)
 
 
@@ -115,10 +133,15 @@ def user_prompt(task: KernelBenchTask, backend: str, source_mode: str = "full") 
 
 
 def initial_messages(
-    task: KernelBenchTask, backend: str, max_turns: int, use_tools: bool = True, source_mode: str = "full"
+    task: KernelBenchTask,
+    backend: str,
+    max_turns: int,
+    use_tools: bool = True,
+    source_mode: str = "full",
+    profile: bool = False,
 ) -> list[dict[str, Any]]:
     return [
-        {"role": "system", "content": system_prompt(backend, max_turns, use_tools)},
+        {"role": "system", "content": system_prompt(backend, max_turns, use_tools, profile)},
         {"role": "user", "content": user_prompt(task, backend, source_mode)},
     ]
 
@@ -171,7 +194,8 @@ def _trim(text: str | None, limit: int = FEEDBACK_CHARS) -> str | None:
 
 
 def feedback_for(result: dict[str, Any]) -> dict[str, Any]:
-    """The part of an evaluation the model sees: outcome, correctness, speedup or a trimmed error."""
+    """The part of an evaluation the model sees: outcome, correctness, speedup or a trimmed error, and
+    with a profile (``--feedback profile``) its table under ``profile`` (text, ``PROFILE_CHARS`` at most)."""
     outcome = str(result.get("outcome", "unknown_error"))
     out: dict[str, Any] = {"outcome": outcome, "correct": outcome == "correct"}
     if outcome == "correct":
@@ -187,6 +211,8 @@ def feedback_for(result: dict[str, Any]) -> dict[str, Any]:
                 if speedup > 1
                 else "Correct but not faster than the reference: try fusing operators or a better algorithm."
             )
+        if isinstance(result.get("profile"), dict) and (table := profile_text(result["profile"])):
+            out["profile"] = table
         return out
     if result.get("message"):
         out["message"] = _trim(str(result["message"]), 500)
@@ -204,7 +230,17 @@ def feedback_for(result: dict[str, Any]) -> dict[str, Any]:
 
 def feedback_text(result: dict[str, Any]) -> str:
     """Feedback as the JSON text of a tool message (or of a user message for text-only models)."""
-    return json.dumps(feedback_for(result), indent=1)
+    return render(feedback_for(result), indent=1)
+
+
+def render(reply: dict[str, Any], indent: int | None = None) -> str:
+    """A tool reply as the model reads it: its JSON, and a profile table (``profile``) after it as plain
+    text (escaped inside a JSON string, a table is unreadable)."""
+    table = reply.get("profile")
+    if not isinstance(table, str):
+        return json.dumps(reply, indent=indent)
+    rest = {k: v for k, v in reply.items() if k != "profile"}
+    return f"{json.dumps(rest, indent=indent)}\n\n{table}"
 
 
 def retry_prompt(result: dict[str, Any]) -> str:
@@ -216,4 +252,78 @@ def retry_prompt(result: dict[str, Any]) -> str:
         )
     else:
         ask = "Fix it and answer with the full corrected module in a ```python block."
-    return f"Result of your kernel:\n{json.dumps(verdict, indent=1)}\n\n{ask}"
+    return f"Result of your kernel:\n{render(verdict, indent=1)}\n\n{ask}"
+
+
+# ---- profile -> table -----------------------------------------------------------------------------------
+
+
+def profile_text(profile: dict[str, Any], budget: int = PROFILE_CHARS) -> str | None:
+    """An answer's ``profile`` as a table the model reads (both sides' heaviest kernels with calls and
+    times, the share of each call outside kernels, ncu's metrics), at most ``budget`` characters: rows go
+    from the end of the longest list (the reference's first) until it fits. None without a profiled side."""
+    sides = {role: profile.get(role) for role in ("candidate", "reference")}
+    if not any(isinstance(v, dict) and v.get("kernels") for v in sides.values()):
+        return None
+    rows = {
+        role: list(side.get("kernels") or [])[: PROFILE_ROWS[role]] if isinstance(side, dict) else []
+        for role, side in sides.items()
+    }
+    while True:
+        text = _profile_lines(profile, sides, rows)
+        if len(text) <= budget or not any(rows.values()):
+            break
+        longest = max(rows, key=lambda r: (len(rows[r]), r == "reference"))
+        rows[longest].pop()
+    return text if len(text) <= budget else text[: budget - 5] + "\n[...]"
+
+
+def _profile_lines(
+    profile: dict[str, Any], sides: dict[str, Any], rows: dict[str, list[dict[str, Any]]]
+) -> str:
+    cuda = str(profile.get("device", "")).startswith("cuda")
+    what = "kernel" if cuda else "op"
+    lines = [f"Profile of one untimed call ({profile.get('source') or 'torch.profiler'}; advisory):"]
+    for role, title in (("candidate", "yours (ModelNew)"), ("reference", "reference (Model)")):
+        side = sides[role]
+        if not isinstance(side, dict):
+            continue
+        if side.get("error") and not side.get("kernels"):
+            lines.append(f"{title}: not profiled ({side['error']})")
+            continue
+        facts = []
+        if isinstance(side.get("call_us"), int | float):
+            facts.append(f"{side['call_us']:.1f} us a call")
+        count = side.get("kernel_count") or len(side.get("kernels") or [])
+        facts.append(f"{count} {what}s")
+        if isinstance(side.get("outside_share"), int | float):
+            facts.append(f"{side['outside_share']:.0%} of the call outside {what}s")
+        lines.append(f"{title}: " + ", ".join(facts))
+        shown = rows[role]
+        if shown:
+            lines.append(f"  {'time_us':>10}  {'calls':>5}  {what}")
+        for k in shown:
+            name = str(k.get("name", "?"))
+            name = name if len(name) <= PROFILE_NAME_CHARS else name[: PROFILE_NAME_CHARS - 3] + "..."
+            lines.append(f"  {float(k.get('time_us') or 0):>10.1f}  {int(k.get('calls') or 0):>5}  {name}")
+        if len(shown) < count:
+            lines.append(f"  ... {count - len(shown)} more")
+    ncu = profile.get("ncu")
+    if isinstance(ncu, dict) and isinstance(ncu.get("metrics"), dict) and ncu["metrics"]:
+        m = ncu["metrics"]
+        parts = [
+            f"{label} {m[key]:.1f}{unit}"
+            for key, label, unit in (
+                ("sm_throughput_pct", "SM throughput", "% of peak"),
+                ("dram_throughput_pct", "DRAM throughput", "% of peak"),
+                ("achieved_occupancy_pct", "achieved occupancy", "%"),
+                ("registers_per_thread", "registers/thread", ""),
+                ("gpu_time_us", "time", " us"),
+            )
+            if isinstance(m.get(key), int | float)
+        ]
+        kernel = str(ncu.get("kernel") or "")[:PROFILE_NAME_CHARS]
+        lines.append(f"ncu, your heaviest kernel ({kernel}): " + ", ".join(parts))
+    elif cuda and isinstance(ncu, dict) and ncu.get("error"):
+        lines.append(f"ncu: not run ({str(ncu['error'])[:200]})")
+    return "\n".join(lines)

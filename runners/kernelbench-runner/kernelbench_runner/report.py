@@ -41,6 +41,7 @@ OUTCOME_COLORS: dict[str, str] = {
     "timeout": "#4527a0",
     "sandbox_error": "#283593",
     "requires_gpu": "#607d8b",
+    "unsupported_precision": "#78909c",
     "compiled": "#90a4ae",
     "no_kernel": "#424242",
 }
@@ -345,6 +346,13 @@ def render(run: RunData, out_dir: Path, price_in: float | None = None, price_out
     model = run.score.model if run.score else next((e.model for e in run.evaluations), "?")
     tolerance = ", ".join(run.score.details.get("tolerance", [])) if run.score else ""
     tf32 = "; ".join(run.score.details.get("tf32", [])) if run.score else ""
+    precision = ", ".join(
+        run.score.details.get("precision", [])
+        if run.score
+        else sorted(
+            {str(e.data.details["precision"]) for e in run.evaluations if e.data.details.get("precision")}
+        )
+    )
     speedups = [r.speedup for r in records if r.correct and r.speedup is not None and r.speedup > 0]
     rows = []
     for r, e in zip(records, run.evaluations, strict=True):
@@ -380,7 +388,8 @@ def render(run: RunData, out_dir: Path, price_in: float | None = None, price_out
 <style>{CSS}</style></head>
 <body>
 <h1>{html.escape(title)}</h1>
-<p>{len(records)} tasks. Tolerance: {html.escape(tolerance or "service default")}.
+<p>{len(records)} tasks. Precision: {html.escape(precision or "fp32")}.
+Tolerance: {html.escape(tolerance or "service default")}.
 TF32: {html.escape(tf32 or "service default")}.
 fast_p = share of all tasks that are correct with speedup &gt; p; geomean over correct tasks.</p>
 {_metric_table(overall, groups)}

@@ -186,14 +186,42 @@ def summary(r: KernelEvalResponse) -> str:
         lines.append(
             f"max abs error {r.max_abs_error:.3g}, max rel error {r.max_rel_error or 0:.3g} (atol={r.atol}, rtol={r.rtol})"
         )
+    lines.append(f"precision: {r.precision}")
     if r.message:
         lines.append(f"message: {r.message}")
     lines.append(f"hardware: {r.hardware}; torch {r.torch_version}; CUDA {r.cuda_version}; device {r.device}")
     if r.timing_method:
         lines.append(f"timing: {r.timing_method}")
+    if r.profile is not None:
+        lines.append(profile_summary(r))
     for title, text in (("compile log", r.compile_log), ("traceback", r.traceback), ("output", r.output)):
         if text:
             lines.append(f"--- {title} (tail) ---\n{text[-1500:]}")
+    return "\n".join(lines)
+
+
+def profile_summary(r: KernelEvalResponse) -> str:
+    """The answer's profile as a few lines per side (``--profile``)."""
+    prof = r.profile
+    assert prof is not None
+    lines = [f"--- profile ({prof.source}; {prof.note or ''}) ---"]
+    for role, side in (("solution", prof.candidate), ("reference", prof.reference)):
+        if side is None:
+            continue
+        if side.error and not side.kernels:
+            lines.append(f"{role}: {side.error}")
+            continue
+        call = f"{side.call_us:.1f} us a call" if side.call_us is not None else "call time unknown"
+        outside = f", {side.outside_share:.0%} outside kernels" if side.outside_share is not None else ""
+        lines.append(f"{role}: {call}{outside}; {side.kernel_count} kernels")
+        for k in side.kernels[:8]:
+            lines.append(f"  {k.time_us:10.1f} us  {k.calls:4d}x  {k.name[:100]}")
+    if prof.ncu is not None:
+        if prof.ncu.metrics:
+            metrics = ", ".join(f"{k} {v:.4g}" for k, v in prof.ncu.metrics.items())
+            lines.append(f"ncu ({(prof.ncu.kernel or '')[:80]}): {metrics}")
+        else:
+            lines.append(f"ncu: {prof.ncu.error}")
     return "\n".join(lines)
 
 
@@ -217,6 +245,19 @@ def summary(r: KernelEvalResponse) -> str:
     show_default=True,
     help="TF32 for fp32 matmuls and convolutions, both sides (default: PyTorch's, as upstream)",
 )
+@click.option(
+    "--precision",
+    type=click.Choice(["fp32", "fp16", "bf16"]),
+    default="fp32",
+    show_default=True,
+    help="dtype of both sides: floating inputs, init inputs and model parameters/buffers cast to it "
+    "(default tolerance 1e-4 fp32, 1e-2 fp16/bf16)",
+)
+@click.option(
+    "--profile",
+    is_flag=True,
+    help="add a profile of one untimed call of each side (advisory; decides nothing)",
+)
 @click.option("--timeout", "timeout_s", default=300.0, show_default=True, type=float)
 @click.option("--no-perf", is_flag=True, help="check correctness only")
 @click.option("--json", "as_json", is_flag=True, help="print the full response as JSON")
@@ -231,6 +272,8 @@ def eval_cmd(
     warmup: int,
     tolerance: float | None,
     tf32: str,
+    precision: str,
+    profile: bool,
     timeout_s: float,
     no_perf: bool,
     as_json: bool,
@@ -255,6 +298,8 @@ def eval_cmd(
             warmup=warmup,
             tolerance=tolerance,
             tf32=tf32,  # type: ignore[arg-type]
+            precision=precision,  # type: ignore[arg-type]
+            profile=profile,
             timeout_s=timeout_s,
             measure_performance=not no_perf,
         ),

@@ -214,14 +214,54 @@ def make_inputs(get_inputs: Callable[[], Any], seed: int, device: torch.device) 
     return [v.to(device) if isinstance(v, torch.Tensor) and v.device != device else v for v in values]
 
 
-def build_model(cls: type, init_inputs: list[Any], seed: int, device: torch.device) -> torch.nn.Module:
-    """Construct after seeding, on the device, so reference and solution get identical weights."""
+def build_model(
+    cls: type, init_inputs: list[Any], seed: int, device: torch.device, dtype: torch.dtype | None = None
+) -> torch.nn.Module:
+    """Construct after seeding, on the device, so reference and solution get identical weights; with
+    ``dtype`` (a precision other than fp32), its floating parameters and buffers cast to it after (the
+    weights are drawn in fp32 and rounded, as upstream's ``model.to(dtype=precision)``)."""
     seed_all(seed)
     with torch.device(device):
         model = cls(*init_inputs)
     if isinstance(model, torch.nn.Module):
         model = model.to(device)
+        if dtype is not None:
+            model = model.to(dtype)
     return model
+
+
+#: ``EvalOptions.precision`` -> the dtype both sides run at.
+PRECISION_DTYPES: dict[str, torch.dtype] = {
+    "fp32": torch.float32,
+    "fp16": torch.float16,
+    "bf16": torch.bfloat16,
+}
+
+
+def precision_dtype(precision: str) -> torch.dtype | None:
+    """The dtype to cast to for ``precision``, or None for fp32: an fp32 evaluation casts nothing (the
+    problem's own dtypes stand, as before precisions existed)."""
+    if precision == "fp32":
+        return None
+    try:
+        return PRECISION_DTYPES[precision]
+    except KeyError:
+        raise ValueError(f"precision must be one of {sorted(PRECISION_DTYPES)}, got {precision!r}") from None
+
+
+def cast_inputs(values: Any, dtype: torch.dtype | None) -> Any:
+    """``values`` (a problem's inputs or init inputs, lists and tuples nested) with every real floating
+    tensor cast to ``dtype``; integer, boolean and complex tensors and non-tensors are kept (indices and
+    labels stay integers). The judge calls it on what it makes, so both sides get the same cast values."""
+    if dtype is None:
+        return values
+    if isinstance(values, torch.Tensor):
+        return values.to(dtype) if values.is_floating_point() and values.dtype != dtype else values
+    if isinstance(values, list):
+        return [cast_inputs(v, dtype) for v in values]
+    if isinstance(values, tuple):
+        return tuple(cast_inputs(v, dtype) for v in values)
+    return values
 
 
 def resolve_device(options: EvalOptions, env: Environment) -> torch.device:

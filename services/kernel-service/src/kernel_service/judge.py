@@ -29,22 +29,24 @@ from typing import Any
 
 import torch
 
-from . import integrity, transport
+from . import integrity, profiling, transport
 from .compare import compare_outputs, default_tolerance, flatten_outputs
 from .harness import (
     Environment,
     HarnessError,
     Job,
     PhaseReporter,
+    cast_inputs,
     excerpt_tb,
     fresh_seed,
     load_module,
     make_inputs,
+    precision_dtype,
     resolve_device,
     usable_build_dir,
 )
 from .sandbox import HardenPolicy
-from .schemas import Outcome, TimingStats, excerpt, reward_for
+from .schemas import PRECISION_TOLERANCE, Outcome, TimingStats, excerpt, reward_for
 from .sides import SideFault, SideProcess, Zygote
 from .timing import (
     GATE_TRIES,
@@ -180,6 +182,10 @@ class Run:
         self.phase = "startup"
         self.candidate_output: str | None = None
         self.recycle: str | None = None
+        #: The precision both sides run at: a reference that fails at fp16/bf16 is named for it.
+        self.precision = "fp32"
+        #: What forking a side again needs (``_profile``): the build dir and each role's setup and load.
+        self.spawn: dict[str, Any] = {}
 
     def fork(self, role: str, build_dir: str) -> SideProcess:
         tmp = self.workdir / role
@@ -188,6 +194,19 @@ class Run:
         )
         self.sides[role] = side
         self.opened[role] = transport.Opened()
+        return side
+
+    def refork(self, role: str) -> SideProcess:
+        """A fresh process for ``role`` (the old one killed, its arenas dropped: the new one maps its
+        own), set up and its model loaded as the first was (``spawn``)."""
+        self.kill(role)
+        for key in [k for k in self.arenas if k[0] == role]:
+            self.arenas.pop(key).close()
+        side = self.fork(role, self.spawn["build_dir"])
+        for msg in (self.spawn["setup"], self.spawn["load"][role]):
+            reply = self.ask(role, msg)
+            if not reply.get("ok"):
+                raise self.side_error(role, reply)
         return side
 
     def ask(self, role: str, msg: dict[str, Any], fd: int | None = None) -> dict[str, Any]:
@@ -390,6 +409,12 @@ class Run:
     def side_error(self, role: str, reply: dict[str, Any]) -> HarnessError:
         message = str(reply.get("message", "failed"))[:1500]
         if role == "reference":
+            if self.precision != "fp32":  # the problem's own code does not run at this precision
+                return HarnessError(
+                    Outcome.UNSUPPORTED_PRECISION,
+                    f"the reference does not run at precision {self.precision}: {message}",
+                    tb=_text(reply, "traceback"),
+                )
             return HarnessError(
                 Outcome.UNKNOWN_ERROR, f"the reference failed: {message}", tb=_text(reply, "traceback")
             )
@@ -397,7 +422,12 @@ class Run:
             outcome = Outcome(str(reply.get("outcome")))
         except ValueError:
             outcome = Outcome.EXECUTION_FAILURE
-        if outcome in (Outcome.CORRECT, Outcome.COMPILED, Outcome.REQUIRES_GPU):
+        if outcome in (
+            Outcome.CORRECT,
+            Outcome.COMPILED,
+            Outcome.REQUIRES_GPU,
+            Outcome.UNSUPPORTED_PRECISION,
+        ):
             outcome = Outcome.EXECUTION_FAILURE  # a side never decides a favourable verdict
         err = HarnessError(
             outcome, message, tb=_text(reply, "traceback"), compile_log=_text(reply, "compile_log")
@@ -544,10 +574,12 @@ def evaluate(
         "cuda_version": env.cuda_version,
         "correctness_trials": opts.correctness_trials,
         "tf32": _tf32_flags(opts.tf32),
+        "precision": opts.precision,
     }
     started = time.perf_counter()
     phases: dict[str, float] = {}
     run = Run(judge, workdir, device, opts.timeout_s)
+    run.precision = opts.precision
     try:
         result = _evaluate(run, job, base, phases, report, started)
     except HarnessError as err:
@@ -572,6 +604,12 @@ def evaluate(
         }
     finally:
         run.close()
+    if opts.profile and result.get("profile") is None:
+        result["profile"] = {
+            "device": str(device),
+            "source": profiling.CUDA_SOURCE if device.type == "cuda" else profiling.CPU_SOURCE,
+            "note": f"not profiled: the outcome is {result.get('outcome')} (only a correct kernel is profiled)",
+        }
     result["solution_output"] = run.candidate_output
     if run.recycle or judge.recycle:
         result["recycle"] = run.recycle or judge.recycle
@@ -627,7 +665,11 @@ def _evaluate(
             for attr in ("Model", "get_inputs", "get_init_inputs"):
                 if not hasattr(ref_mod, attr):
                     raise HarnessError(Outcome.UNKNOWN_ERROR, f"the reference defines no `{attr}`")
-            init_inputs = make_inputs(ref_mod.get_init_inputs, opts.seed, torch.device("cpu"))
+            dtype = precision_dtype(opts.precision)
+            # the judge casts what it makes, so both sides get the same values (integers stay integers)
+            init_inputs = cast_inputs(
+                make_inputs(ref_mod.get_init_inputs, opts.seed, torch.device("cpu")), dtype
+            )
         except HarnessError:
             raise
         except Exception as exc:
@@ -636,7 +678,8 @@ def _evaluate(
 
     def get_inputs(seed: int) -> list[Any]:
         try:
-            return make_inputs(ref_mod.get_inputs, seed, device)
+            values: list[Any] = cast_inputs(make_inputs(ref_mod.get_inputs, seed, device), dtype)
+            return values
         except Exception as exc:
             raise HarnessError(Outcome.UNKNOWN_ERROR, f"the reference failed (get_inputs): {exc}") from exc
 
@@ -648,14 +691,16 @@ def _evaluate(
         run.ask_each({"reference": setup, "candidate": setup})  # two CUDA contexts start at once
         models = {"reference": (job.reference, "Model", Outcome.UNKNOWN_ERROR),
                   "candidate": (job.solution, "ModelNew", Outcome.COMPILATION_FAILURE)}  # fmt: skip
-        replies = run.ask_each({
+        loads = {
             role: {
                 "op": "load_model", "source": source, "name": "solution" if role == "candidate" else "reference",
                 "cls": cls, "init": init_inputs, "seed": opts.seed, "load_outcome": load_outcome.value,
-                "missing_outcome": load_outcome.value,
+                "missing_outcome": load_outcome.value, "precision": opts.precision,
                 "init_outcome": (Outcome.INITIALIZATION_FAILURE if role == "candidate" else Outcome.UNKNOWN_ERROR).value,
             } for role, (source, cls, load_outcome) in models.items()
-        })  # fmt: skip
+        }  # fmt: skip
+        run.spawn = {"build_dir": build_dir, "setup": setup, "load": loads}
+        replies = run.ask_each(loads)
         for role, reply in replies.items():
             if not reply.get("ok"):
                 raise run.side_error(role, reply)
@@ -668,13 +713,18 @@ def _evaluate(
         for trial in range(opts.correctness_trials):
             where = f"correctness trial {trial + 1}/{opts.correctness_trials}"
             inputs = get_inputs(fresh_seed())
-            new_call = run.call("candidate", inputs)
+            try:
+                new_call = run.call("candidate", inputs)
+            except HarnessError:
+                if trial == 0 and opts.precision != "fp32":  # a problem that cannot run cast is named so:
+                    run.call("reference", inputs)  # raises ``unsupported_precision`` if the reference fails
+                raise
             new_out = snapshot(new_call.out)
             if why := foreign(new_out) or misplaced(new_call, device):
                 raise Incorrect(f"{where}: {why}")
             ref_out = unwrap(run.call("reference", inputs).out)
-            if atol is None or rtol is None:
-                tol = default_tolerance(flatten_outputs(ref_out))
+            if atol is None or rtol is None:  # upstream's by precision; 1e-2 for any fp16/bf16 output
+                tol = max(PRECISION_TOLERANCE[opts.precision], default_tolerance(flatten_outputs(ref_out)))
                 atol = tol if atol is None else atol
                 rtol = tol if rtol is None else rtol
             del inputs  # each side has its copy; a problem's inputs may take gigabytes
@@ -697,6 +747,7 @@ def _evaluate(
             "outcome": Outcome.COMPILED.value,
             "reward": 0.0,
             "message": "correctness not checked",
+            **_profiled(run, opts.profile, get_inputs, phase),
         }
 
     with phase("probe"):  # advisory: the candidate reports it about itself
@@ -717,6 +768,7 @@ def _evaluate(
             "outcome": Outcome.CORRECT.value,
             "reward": 0.0,
             "message": "performance not measured",
+            **_profiled(run, opts.profile, get_inputs, phase),
         }
 
     assert atol is not None and rtol is not None
@@ -738,7 +790,68 @@ def _evaluate(
         "ref_timing_cached": timing["ref_cached"],
         "timing_method": timing["method"],
         "timing_gate": timing.get("gate"),
+        **_profiled(run, opts.profile, get_inputs, phase),
     }
+
+
+def _profiled(
+    run: Run, wanted: bool, get_inputs: Callable[[int], list[Any]], phase: Callable[[str], Any]
+) -> dict[str, Any]:
+    """``{"profile": ...}`` when the request asked for one (the ``profile`` phase), else nothing: an
+    evaluation that does not ask spends no time on it."""
+    if not wanted:
+        return {}
+    with phase("profile"):
+        return {"profile": _profile(run, get_inputs)}
+
+
+def _profile(run: Run, get_inputs: Callable[[int], list[Any]]) -> dict[str, Any]:
+    """One untimed call of each side under ``torch.profiler`` (``profiling.profile_call``), after the
+    verdict and timing: the reference in its side, the candidate in a side forked again for it when its
+    timed one was killed (a profiler attached before would have sat in the candidate's timed process).
+    Advisory and never fatal: whatever fails is said in the profile, and the verdict stands."""
+    device = run.device
+    cuda = device.type == "cuda"
+    out: dict[str, Any] = {
+        "device": str(device),
+        "source": profiling.CUDA_SOURCE if cuda else profiling.CPU_SOURCE,
+        "note": profiling.NOTE,
+    }
+    inputs = get_inputs(fresh_seed())
+    for role in ("candidate", "reference"):
+        side = run.sides.get(role)
+        reforked = side is None or not side.alive
+        kept = run.candidate_output
+        try:
+            if reforked:
+                run.refork(role)
+            arena = run.arena(role, "in", transport.layout_bytes(inputs))
+            packed, write = transport.pack(inputs, arena)
+            write()
+            left = run.deadline - time.monotonic()
+            msg = {"op": "profile", "args": packed, "kwargs": {}, "ncu": cuda and role == "candidate",
+                   "ncu_timeout_s": max(min(profiling.NCU_TIMEOUT_S, left - 10.0), 1.0)}  # fmt: skip
+            reply = run.ask(role, msg)
+            if not reply.get("ok"):
+                out[role] = {"error": str(reply.get("message") or "the profiled call failed")[:500]}
+                continue
+            out[role] = profiling.side_profile(reply.get("profile"))
+            if role == "candidate" and isinstance(reply.get("profile"), dict):
+                out["ncu"] = profiling.ncu_report_of(reply["profile"].get("ncu"))
+        except (HarnessError, Incorrect) as exc:
+            out[role] = {"error": f"not profiled: {getattr(exc, 'message', None) or exc}"[:500]}
+        except Exception as exc:  # a judge-side failure (an arena, the transport): the verdict stands
+            out[role] = {"error": f"not profiled: {type(exc).__name__}: {str(exc)[:300]}"}
+        finally:
+            if role == "candidate" and reforked:
+                run.kill("candidate")
+                # the output the answer reports is the judged process's, not the profiled one's
+                run.candidate_output = kept
+                if side is not None:
+                    run.sides["candidate"] = side
+    if not cuda:
+        out["ncu"] = {"error": "no CUDA device: ncu measures GPU kernels only"}
+    return out
 
 
 def _time(

@@ -33,6 +33,7 @@ OUTCOME_REWARD: dict[str, float] = {
     "sandbox_error": -7.0,
     "compiled": 0.0,
     "requires_gpu": 0.0,
+    "unsupported_precision": 0.0,  # the reference itself does not run at the requested precision
     # no kernel to evaluate (the model produced none, or generation failed): counted as an unknown error
     "no_kernel": -6.0,
 }
@@ -48,6 +49,7 @@ OUTCOME_ORDER: tuple[str, ...] = (
     "timeout",
     "sandbox_error",
     "requires_gpu",
+    "unsupported_precision",
     "compiled",
     "no_kernel",
 )

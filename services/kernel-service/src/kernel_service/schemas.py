@@ -22,6 +22,11 @@ EXCERPT_CHARS = 4000
 
 Backend = Literal["cuda", "triton", "cpp", "torch"]
 Device = Literal["auto", "cpu", "cuda"]
+#: The dtype both sides run at (upstream KernelBench's ``precision``): floating inputs, init inputs and
+#: the models' floating parameters and buffers are cast to it; fp32 casts nothing.
+Precision = Literal["fp32", "fp16", "bf16"]
+#: Default atol = rtol per precision (upstream's: ``get_tolerance_for_precision``).
+PRECISION_TOLERANCE: dict[str, float] = {"fp32": 1e-4, "fp16": 1e-2, "bf16": 1e-2}
 
 #: Backends that cannot run without a CUDA device.
 GPU_BACKENDS: frozenset[str] = frozenset({"cuda", "triton"})
@@ -59,6 +64,16 @@ class EvalOptions(StrictModel):
         default="default",
         description="TF32 for fp32 matmuls and cuDNN convolutions, both sides: 'default' keeps PyTorch's "
         "(cuDNN on, matmul off; what upstream KernelBench runs under), 'off' is IEEE fp32 throughout",
+    )
+    precision: Precision = Field(
+        default="fp32",
+        description="dtype of both sides: floating inputs, init inputs and the models' floating parameters "
+        "and buffers are cast to it (fp32: nothing is cast); default tolerance 1e-4 fp32, 1e-2 fp16/bf16",
+    )
+    profile: bool = Field(
+        default=False,
+        description="answer with a profile of one untimed call of each side (kernels, calls, times; ncu "
+        "metrics of the candidate's heaviest kernel where ncu runs): advisory, it decides nothing",
     )
     seed: int = Field(default=42, ge=0, lt=2**63)
     timeout_s: float = Field(default=300.0, gt=0, le=3600)
@@ -117,10 +132,12 @@ class Outcome(str, Enum):
     TIMEOUT = "timeout"
     SANDBOX_ERROR = "sandbox_error"
     REQUIRES_GPU = "requires_gpu"
+    UNSUPPORTED_PRECISION = "unsupported_precision"
 
 
 #: KernelBench-style reward of every outcome except ``correct`` (DESIGN.md). ``compiled`` (correctness
-#: not checked) and ``requires_gpu`` (the service cannot judge it) are not the submission's fault: 0.
+#: not checked), ``requires_gpu`` (the service cannot judge it) and ``unsupported_precision`` (the
+#: reference itself does not run at the requested precision) are not the submission's fault: 0.
 FIXED_REWARD: dict[Outcome, float] = {
     Outcome.COMPILED: 0.0,
     Outcome.INCORRECT: -2.0,
@@ -131,6 +148,7 @@ FIXED_REWARD: dict[Outcome, float] = {
     Outcome.TIMEOUT: -7.0,
     Outcome.SANDBOX_ERROR: -7.0,
     Outcome.REQUIRES_GPU: 0.0,
+    Outcome.UNSUPPORTED_PRECISION: 0.0,
 }
 
 _STATUS: dict[Outcome, EvalStatus] = {
@@ -182,6 +200,55 @@ class Elapsed(StrictModel):
     total_s: float = 0.0
 
 
+class KernelTime(StrictModel):
+    """One kernel (on the CPU: one PyTorch op) of a profiled call: its calls and time in it."""
+
+    name: str
+    calls: int = Field(ge=0)
+    time_us: float = Field(ge=0, description="GPU time (CPU: the op's self time), microseconds")
+
+
+class SideProfile(StrictModel):
+    """One untimed call of one side under torch.profiler (collected in that side's process)."""
+
+    call_us: float | None = Field(default=None, description="wall time of an unprofiled call, us")
+    profiled_us: float | None = Field(default=None, description="wall time of the profiled call, us")
+    kernel_us: float | None = Field(
+        default=None, description="time inside kernels (GPU: their union on the device; CPU: ops' self time)"
+    )
+    outside_share: float | None = Field(
+        default=None,
+        description="share of the call's time spent outside kernels (launches, Python, syncs): GPU, of "
+        "call_us; CPU, of profiled_us (the profiler slows the ops too)",
+    )
+    kernel_count: int = Field(
+        default=0, ge=0, description="distinct kernels seen (``kernels`` holds the top)"
+    )
+    kernels: list[KernelTime] = Field(default_factory=list, description="heaviest first")
+    error: str | None = None
+
+
+class NcuReport(StrictModel):
+    """Nsight Compute metrics of the candidate's heaviest kernel, or why there are none."""
+
+    kernel: str | None = None
+    metrics: dict[str, float] = Field(default_factory=dict)
+    error: str | None = Field(default=None, description="why ncu gave nothing (absent, not permitted, ...)")
+
+
+class EvalProfile(StrictModel):
+    """``options.profile``: where one untimed call of each side spends its time. Advisory: collected in
+    the side processes (a submission can shape its own), after the verdict and timing, which it never
+    changes."""
+
+    device: str
+    source: str = Field(description="what the times are (GPU kernels via CUPTI, or CPU ops' self time)")
+    candidate: SideProfile | None = None
+    reference: SideProfile | None = None
+    ncu: NcuReport | None = None
+    note: str | None = None
+
+
 class KernelEvalResponse(StrictModel):
     """What the service answers for one evaluation."""
 
@@ -199,6 +266,7 @@ class KernelEvalResponse(StrictModel):
     max_rel_error: float | None = None
     atol: float | None = None
     rtol: float | None = None
+    precision: Precision = Field(default="fp32", description="the dtype both sides ran at")
     tf32: dict[str, bool] | None = Field(
         default=None, description="TF32 in effect during the checks and timing: {'cudnn': ..., 'matmul': ...}"
     )
@@ -228,6 +296,9 @@ class KernelEvalResponse(StrictModel):
     custom_kernels: list[str] = Field(default_factory=list, description="custom kernels the solution ran")
     isolation: dict[str, Any] | None = Field(default=None, description="sandbox layers around the worker")
     phases: dict[str, float] | None = Field(default=None, description="seconds per harness phase")
+    profile: EvalProfile | None = Field(
+        default=None, description="options.profile: advisory, decides nothing"
+    )
     recycled: str | None = Field(
         default=None,
         description="why the worker was replaced after this job (the next job waits for a fresh one)",

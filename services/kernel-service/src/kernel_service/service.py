@@ -353,6 +353,7 @@ class KernelService(BenchmarkService):
             "torch_version": self.env_info.get("torch_version"),
             "cuda_version": self.env_info.get("cuda_version"),
             "correctness_trials": request.options.correctness_trials,
+            "precision": request.options.precision,
             "isolation": self.env_info.get("isolation"),
         }
 
@@ -504,6 +505,9 @@ class KernelService(BenchmarkService):
                 "device": opts.device,
                 "threads": self.config.cpu_threads,
                 "tf32": opts.tf32,
+                **(
+                    {"precision": opts.precision} if opts.precision != "fp32" else {}
+                ),  # fp32: earlier keys hold
             }
             ref_key = RefTimingCache.key(
                 reference,
