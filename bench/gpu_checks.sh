@@ -4,6 +4,7 @@
 #
 #   bash bench/gpu_checks.sh [STEP ...]     steps: tests adversarial fidelity backendbench level1 runner_start
 #                                            multigpu adversarial_gpu1 level1_one (two or more GPUs: see below)
+#                                            precision level1_bf16 compile_bf16 (issue 31: fp16/bf16 and profiles)
 #
 # With no STEP: tests adversarial fidelity backendbench level1. Each step's command and what it measures are
 # in BENCHMARKS.md (the BackendBench step includes the timing self-check, each smoke op against itself).
@@ -57,6 +58,13 @@ for s in "${steps[@]}"; do
       step runner_start 60 bash -c 'TIMEFORMAT="list-tasks %R s"; for i in 1 2 3; do time python3 -m backendbench_runner.cli list-tasks --suite opinfo >/dev/null; done; python3 -X importtime -c "import backendbench_runner.cli" 2>&1 | sort -t"|" -k2 -n | tail -25' ;;
     level1) step level1 560 python3 bench/kernelbench_gpu.py --model reference --dataset-file .gpudata/problems.jsonl \
       --level 1 --output-dir /tmp/kb --run-id l1 --budget-s 500 --out "$OUT/level1.json" ;;
+    level1_bf16) step level1_bf16 560 python3 bench/kernelbench_gpu.py --model reference --precision bf16 \
+      --dataset-file .gpudata/problems.jsonl --level 1 --output-dir /tmp/kbbf --run-id l1bf --budget-s 500 \
+      --out "$OUT/level1_bf16.json" ;;
+    compile_bf16) step compile_bf16 560 python3 bench/kernelbench_gpu.py --model torch-compile --precision bf16 \
+      --dataset-file .gpudata/problems.jsonl --level 1 --output-dir /tmp/kbcbf --run-id l1cbf --budget-s 500 \
+      --out "$OUT/compile_bf16.json" ;;
+    precision) step precision 300 python3 -m pytest -m gpu tests/kernel_service/test_gpu_precision.py -q -p no:cacheprovider ;;
     level1_one) step level1_one 560 env CUDA_VISIBLE_DEVICES=0 python3 bench/kernelbench_gpu.py --model reference \
       --dataset-file .gpudata/problems.jsonl --level 1 --output-dir /tmp/kb1 --run-id l1one --budget-s 500 \
       --out "$OUT/level1_one.json" ;;

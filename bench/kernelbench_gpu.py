@@ -54,6 +54,8 @@ def selection_flags(args: argparse.Namespace) -> list[str]:
         flags += ["--tolerance", str(args.tolerance)]
     if args.tf32 != "default":
         flags += ["--tf32", args.tf32]
+    if args.precision != "fp32":
+        flags += ["--precision", args.precision]
     return flags
 
 
@@ -164,6 +166,7 @@ def main() -> int:
     parser.add_argument("--limit", type=int, default=0)
     parser.add_argument("--tolerance", type=float, help="atol = rtol [default: the runner's, upstream's]")
     parser.add_argument("--tf32", choices=["default", "off", "on"], default="default")
+    parser.add_argument("--precision", choices=["fp32", "fp16", "bf16"], default="fp32")
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--output-dir", type=Path, default=Path("runs"))
     parser.add_argument("--run-id", default="")
