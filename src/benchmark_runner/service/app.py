@@ -1,21 +1,35 @@
 """Turn a :class:`BenchmarkService` into a FastAPI app: auth, tenant allowlist, body limit, routes.
 
 Request bodies are parsed by hand (not by FastAPI's signature magic) so the order of checks is
-explicit and the same on every route: body size (413) -> API key (401) -> JSON + schema (422) ->
-dataset allowlist (403) -> the service. Every error answers JSON ``{"detail": ...}`` that says what
-was wrong, so a runner's ``ServiceError`` shows the user *why* a request was refused; an exception
-inside the service becomes a 500 naming its type and message instead of a dropped connection.
+explicit and the same on every route: body size (413) -> API key (401) -> JSON within bounds (nesting
+depth, number of items; 422) -> JSON + schema (422) -> dataset allowlist (403) -> the service. Every
+error answers JSON ``{"detail": ...}`` that says what was wrong, so a runner's ``ServiceError`` shows
+the user *why* a request was refused; an exception inside the service becomes a 500 naming its type
+and message instead of a dropped connection. No body, however malformed, reaches the service or makes
+a 500: what JSON cannot say (``NaN``, ``Infinity``, numbers past a float's range, unpaired UTF-16
+surrogates) is refused with 422 naming where it is.
+
+A client that goes away before its answer (closes the connection) cancels the work it asked for: the
+routes that evaluate watch for the disconnect and cancel the service's coroutine (a service that shares
+one evaluation between identical requests keeps it for the ones still waiting). ``GET /v1/metrics``
+counts such requests, with whatever the service reports about its own work (``BenchmarkService.metrics``).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
+import math
+import re
+import reprlib
+from array import array
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+import anyio
 import yaml
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -76,6 +90,12 @@ class ServiceConfig(StrictModel):
     )
     max_body_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
     max_batch: int = Field(default=1024, gt=0, description="submissions one POST /v1/evaluate-batch may hold")
+    max_json_depth: int = Field(
+        default=100, gt=0, le=10_000, description="deepest nesting of arrays and objects a body may have"
+    )
+    max_json_items: int = Field(
+        default=1_000_000, gt=0, description="most values (array items, object members) a body may hold"
+    )
 
     @model_validator(mode="after")
     def _allowlist_needs_tenants(self) -> ServiceConfig:
@@ -110,6 +130,9 @@ class ServiceConfig(StrictModel):
             return True
         granted = self.allowlist.get(tenant or "", [])
         return ALL_DATASETS in granted or dataset in granted
+
+
+_DEFAULT_CONFIG = ServiceConfig()
 
 
 def _load_yaml(path: Path) -> Any:
@@ -192,16 +215,52 @@ def _error_list(exc: ValidationError | RequestValidationError) -> list[dict[str,
             "message": err.get("msg", "invalid"),
             "type": err.get("type", ""),
         }
-        got = repr(err.get("input"))
+        got = _short_repr(err.get("input"))
         item["got"] = got if len(got) <= 200 else got[:197] + "..."
         out.append(item)
     return out
 
 
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 200
+_REPR.maxlevel = 3
+
+
+def _short_repr(value: Any) -> str:
+    """``repr`` that never walks or copies a huge or deeply nested input (a hostile body's)."""
+    try:
+        return _REPR.repr(value)
+    except Exception:  # noqa: BLE001 - a repr is only for the message
+        return f"<{type(value).__name__}>"
+
+
+class SafeJSONResponse(JSONResponse):
+    """``JSONResponse`` that cannot fail: JSON has no NaN or Infinity (they become ``null``), and a
+    string that is not valid Unicode (an unpaired surrogate) is written escaped instead of raising."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return super().render(content)
+        except (ValueError, UnicodeEncodeError):
+            return json.dumps(
+                _finite(content), ensure_ascii=True, allow_nan=False, separators=(",", ":")
+            ).encode("ascii")
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
 def _json_error(
     status_code: int, detail: Any, headers: dict[str, str] | None = None, **extra: Any
 ) -> JSONResponse:
-    return JSONResponse({"detail": detail, **extra}, status_code=status_code, headers=headers)
+    return SafeJSONResponse({"detail": detail, **extra}, status_code=status_code, headers=headers)
 
 
 # ---- body size limit --------------------------------------------------------------------------
@@ -236,8 +295,7 @@ class BodyLimitMiddleware:
         size = 0
         while True:
             message = await receive()
-            if message["type"] != "http.request":  # client went away
-                await self.app(scope, _replay([message], receive), send)
+            if message["type"] != "http.request":  # the client went away mid-body: nobody to answer
                 return
             chunk = message.get("body", b"")
             size += len(chunk)
@@ -274,21 +332,184 @@ def _replay(messages: list[Message], receive: Receive) -> Receive:
     return replay
 
 
-# ---- the app ----------------------------------------------------------------------------------
+# ---- parsing a body within bounds ---------------------------------------------------------------
+
+#: A JSON string, up to its closing quote or, unterminated, to the end of the body: it matches at every
+#: quote it is tried at, so one pass over any body is linear (no rescan from each escaped quote).
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)', re.DOTALL)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_BRACKET_DELTA = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
+#: A ``\uD800``-``\uDFFF`` escape: an unpaired one decodes to a string that is not valid Unicode.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
-async def _parse(request: Request, model: type[M]) -> M:
+class BodyError(Exception):
+    """A body that cannot be parsed within the service's bounds (or is not JSON at all)."""
+
+
+def json_shape_error(raw: bytes, max_depth: int, max_items: int) -> str | None:
+    """Why ``raw`` is out of bounds (nesting deeper than ``max_depth``, more than ``max_items`` values),
+    or None. Linear in the body's size, and done before parsing: a body nested 100,000 deep never
+    reaches a recursive parser or validator."""
+    if raw.count(b"[") + raw.count(b"{") <= max_depth and raw.count(b",") + raw.count(b":") < max_items:
+        return None  # fast path: even counting brackets and commas inside strings, within bounds
+    skeleton = _JSON_STRING.sub(b'""', raw)  # what is left: structure, numbers and literals
+    items = skeleton.count(b",") + skeleton.count(b"[") + skeleton.count(b"{")
+    if items > max_items:
+        return f"it holds more than {max_items} values (arrays' items and objects' members); the limit is {max_items}"
+    if skeleton.count(b"[") + skeleton.count(b"{") > max_depth:
+        deltas = array("b", skeleton.translate(None, _NOT_BRACKETS).translate(_BRACKET_DELTA))
+        depth = max(itertools.accumulate(deltas), default=0)
+        if depth > max_depth:
+            return f"arrays and objects are nested {depth} deep; the limit is {max_depth}"
+    return None
+
+
+def _where(path: list[Any]) -> str:
+    return ".".join(str(p) for p in path) or "<body>"
+
+
+def _find(data: Any, bad: Callable[[Any], bool]) -> list[Any] | None:
+    """The path of the first value in ``data`` (parsed JSON, bounded depth) for which ``bad`` holds."""
+    stack: list[tuple[list[Any], Any]] = [([], data)]
+    while stack:
+        path, value = stack.pop()
+        if bad(value):
+            return path
+        if isinstance(value, dict):
+            for k, v in reversed(list(value.items())):
+                if bad(k):
+                    return [*path, k]
+                stack.append(([*path, k], v))
+        elif isinstance(value, list):
+            stack.extend(([*path, i], v) for i, v in reversed(list(enumerate(value))))
+    return None
+
+
+def _not_finite(value: Any) -> bool:
+    return isinstance(value, float) and not math.isfinite(value)
+
+
+def _not_unicode(value: Any) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def parse_json_body(raw: bytes, max_depth: int = 100, max_items: int = 1_000_000) -> Any:
+    """``raw`` as JSON, or :class:`BodyError` saying why not (bounds, syntax, encoding, NaN/Infinity).
+
+    Numbers JSON cannot hold (``NaN``, ``Infinity``, ``1e999``) parse to non-finite floats and are
+    refused after the schema has had its say (a bounded field then names its own bounds).
+    """
+    why = json_shape_error(raw, max_depth, max_items)
+    if why is not None:
+        raise BodyError(f"request body is out of bounds: {why}")
+    try:
+        text = raw.decode("utf-8").removeprefix("\ufeff")  # JSON between systems is UTF-8 (RFC 8259)
+    except UnicodeDecodeError as exc:
+        raise BodyError(f"request body is not valid JSON: not UTF-8 text ({exc})") from exc
+    try:
+        data = json.loads(text)
+    except RecursionError as exc:  # not reached with a sane max_depth; a bound all the same
+        raise BodyError("request body is out of bounds: arrays and objects are nested too deep") from exc
+    except ValueError as exc:  # JSONDecodeError, and an integer of more digits than Python converts
+        raise BodyError(f"request body is not valid JSON: {str(exc)[:300]}") from exc
+    if _SURROGATE_ESCAPE.search(raw):
+        path = _find(data, _not_unicode)
+        if path is not None:
+            raise BodyError(
+                f"request body is not valid JSON text: {_where(path)}: a string holds an unpaired UTF-16 "
+                "surrogate escape (\\ud800-\\udfff), which is not a Unicode character"
+            )
+    return data
+
+
+def _check_finite(data: Any) -> None:
+    path = _find(data, _not_finite)
+    if path is not None:
+        raise HTTPError(
+            422,
+            f"{_where(path)}: not a finite number (JSON has no NaN or Infinity, and a number past "
+            "\u00b11.8e308 does not fit a float)",
+            errors=[{"field": _where(path), "message": "must be a finite number", "type": "finite_number"}],
+        )
+
+
+async def _parse(request: Request, model: type[M], cfg: ServiceConfig | None = None) -> M:
+    cfg = cfg or _DEFAULT_CONFIG
     raw = await request.body()
     if not raw:
         raise HTTPError(422, f"request body is empty; expected a JSON object matching {model.__name__}")
     try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise HTTPError(422, f"request body is not valid JSON: {exc}") from exc
+        data = parse_json_body(raw, cfg.max_json_depth, cfg.max_json_items)
+    except BodyError as exc:
+        content_type = request.headers.get("content-type", "")
+        hint = (
+            f" (Content-Type was {content_type[:100]!r}; send application/json)"
+            if content_type and "json" not in content_type.lower()
+            else ""
+        )
+        raise HTTPError(422, f"{exc}{hint}") from exc
     try:
-        return model.model_validate(data)
+        body = model.model_validate(data)
     except ValidationError as exc:
         raise HTTPError(422, f"invalid {model.__name__}: {_describe(exc)}", errors=_error_list(exc)) from exc
+    except RecursionError as exc:  # a model's own validator recursing: bounded all the same
+        raise HTTPError(422, f"invalid {model.__name__}: nested too deep to validate") from exc
+    _check_finite(data)
+    return body
+
+
+class HttpCounters:
+    """What the app itself saw: requests answered, refused before the service saw them, abandoned."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.refused = 0  # 4xx of the app's own checks (size, key, JSON, schema, allowlist)
+        self.abandoned = 0  # the client closed the connection before its answer: its work was cancelled
+        self.errors = 0  # 5xx
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(vars(self))
+
+
+async def _until_disconnect(request: Request, work: Callable[[], Awaitable[Any]]) -> tuple[bool, Any]:
+    """Run ``work`` unless the client goes away first: then cancel it and return ``(True, None)``.
+
+    The body has been read by now, so the next ASGI message is ``http.disconnect``: sent when the client
+    closes the connection (or once the answer is sent, which is after ``work`` here).
+    """
+    result: list[Any] = []
+    failure: list[BaseException] = []
+    gone = False
+
+    async def watch(scope: anyio.CancelScope) -> None:
+        nonlocal gone
+        while True:
+            message = await request.receive()
+            if message.get("type") == "http.disconnect":
+                gone = True
+                scope.cancel()
+                return
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watch, tg.cancel_scope)
+        try:
+            result.append(await work())
+        except Exception as exc:  # re-raised below as itself, not inside an ExceptionGroup
+            failure.append(exc)
+        tg.cancel_scope.cancel()
+    if failure:
+        raise failure[0]
+    return gone and not result, result[0] if result else None
+
+
+# ---- the app ----------------------------------------------------------------------------------
 
 
 async def _call(what: str, fn: Callable[[], Awaitable[Any]]) -> Any:
@@ -342,21 +563,46 @@ def make_app(service: BenchmarkService, config: ServiceConfig | None = None) -> 
     app = FastAPI(title=f"{service.name} benchmark service", lifespan=lifespan)
     app.state.service = service
     app.state.config = cfg
+    counters = app.state.http_counters = HttpCounters()
     app.add_middleware(BodyLimitMiddleware, max_bytes=cfg.max_body_bytes)
 
     @app.exception_handler(HTTPError)
     async def _http_error(_request: Request, exc: HTTPError) -> JSONResponse:
+        if exc.status_code >= 500:
+            counters.errors += 1
+        else:
+            counters.refused += 1
         extra: dict[str, Any] = {} if exc.errors is None else {"errors": exc.errors}
         return _json_error(exc.status_code, exc.detail, headers=exc.headers, **extra)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        counters.refused += 1
         return _json_error(422, f"invalid request: {_describe(exc)}", errors=_error_list(exc))
 
     @app.exception_handler(Exception)
     async def _unhandled(_request: Request, exc: Exception) -> JSONResponse:
+        counters.errors += 1
         logger.exception("unhandled error")
         return _json_error(500, {"type": type(exc).__name__, "message": str(exc)})
+
+    async def parse(request: Request, model: type[M]) -> M:
+        counters.requests += 1
+        return await _parse(request, model, cfg)
+
+    async def answer(request: Request, what: str, fn: Callable[[], Awaitable[Any]]) -> tuple[bool, Any]:
+        """``_call(what, fn)``, cancelled if the client goes away first (then ``(True, None)``)."""
+        gone, result = await _until_disconnect(request, lambda: _call(what, fn))
+        if gone:
+            counters.abandoned += 1
+            logger.info("%s: the client closed the connection; its work was cancelled", what)
+        return gone, result
+
+    def abandoned() -> JSONResponse:  # sent to nobody (the connection is closed), but a handler answers
+        return SafeJSONResponse(
+            {"detail": "the client closed the connection before its answer; its work was cancelled"},
+            status_code=499,
+        )
 
     async def authenticate(request: Request) -> str | None:
         """The caller's tenant, or 401. ``None`` when auth is off."""
@@ -382,25 +628,35 @@ def make_app(service: BenchmarkService, config: ServiceConfig | None = None) -> 
     async def healthz() -> dict[str, str]:
         return {"status": "ok", "service": service.name}
 
+    @app.get("/v1/metrics")
+    async def metrics(_tenant: str | None = Depends(authenticate)) -> JSONResponse:
+        """Counters: the app's own (``http``) and the service's (``BenchmarkService.metrics``)."""
+        own = await _call("metrics", service.metrics)
+        return SafeJSONResponse({"service": service.name, "http": counters.as_dict(), **(own or {})})
+
     @app.post("/v1/evaluate")
     async def evaluate(request: Request, tenant: str | None = Depends(authenticate)) -> JSONResponse:
-        body = await _parse(request, service.evaluate_request_model)
+        body = await parse(request, service.evaluate_request_model)
         check_dataset(tenant, getattr(body, "dataset", None))
         set_caller(tenant, request.headers.get(RUN_ID_HEADER))
-        result = await _call("evaluate", lambda: service.evaluate(body))
-        answer = _conform(result, service.evaluate_response_model, "evaluate")
-        return JSONResponse(answer.model_dump(mode="json"))
+        gone, result = await answer(request, "evaluate", lambda: service.evaluate(body))
+        if gone:
+            return abandoned()
+        reply = _conform(result, service.evaluate_response_model, "evaluate")
+        return SafeJSONResponse(reply.model_dump(mode="json"))
 
     batch_request, batch_response = _batch_models(service, cfg.max_batch)
 
     @app.post("/v1/evaluate-batch")
     async def evaluate_batch(request: Request, tenant: str | None = Depends(authenticate)) -> JSONResponse:
-        body = await _parse(request, batch_request)
+        body = await parse(request, batch_request)
         items: list[Any] = list(body.requests)  # type: ignore[attr-defined]
         for item in items:
             check_dataset(tenant, getattr(item, "dataset", None))
         set_caller(tenant, request.headers.get(RUN_ID_HEADER))
-        results = await _call("evaluate_batch", lambda: service.evaluate_batch(items))
+        gone, results = await answer(request, "evaluate_batch", lambda: service.evaluate_batch(items))
+        if gone:
+            return abandoned()
         if not isinstance(results, (list, tuple)) or len(results) != len(items):
             raise HTTPError(
                 500,
@@ -412,14 +668,14 @@ def make_app(service: BenchmarkService, config: ServiceConfig | None = None) -> 
                 },
             )
         answers = [_conform(r, service.evaluate_response_model, "evaluate_batch") for r in results]
-        return JSONResponse({"results": [a.model_dump(mode="json") for a in answers]})
+        return SafeJSONResponse({"results": [a.model_dump(mode="json") for a in answers]})
 
     @app.post("/v1/score")
     async def score(request: Request, tenant: str | None = Depends(authenticate)) -> JSONResponse:
-        body = await _parse(request, ScoreRequest)
+        body = await parse(request, ScoreRequest)
         check_dataset(tenant, body.dataset)
         result = await _call("score", lambda: service.score(body))
-        return JSONResponse(_conform(result, ScoreResult, "score").model_dump(mode="json"))
+        return SafeJSONResponse(_conform(result, ScoreResult, "score").model_dump(mode="json"))
 
     @app.get("/v1/datasets/{name}/tasks")
     async def list_tasks(name: str, tenant: str | None = Depends(authenticate)) -> JSONResponse:
@@ -435,23 +691,28 @@ def make_app(service: BenchmarkService, config: ServiceConfig | None = None) -> 
 
         tasks = await _call("list_tasks", tasks_or_http_error)
         listing = _conform({"dataset": name, "tasks": tasks}, TaskList, "list_tasks")
-        return JSONResponse(listing.model_dump(mode="json"))
+        return SafeJSONResponse(listing.model_dump(mode="json"))
 
     @app.post("/evaluate-response/")
     async def legacy_evaluate(request: Request, tenant: str | None = Depends(authenticate)) -> JSONResponse:
-        body = await _parse(request, LegacyEvaluateRequest)
+        body = await parse(request, LegacyEvaluateRequest)
         set_caller(tenant, request.headers.get(RUN_ID_HEADER))
-        result = await _call("legacy_evaluate (/evaluate-response/)", lambda: service.legacy_evaluate(body))
-        return JSONResponse(
+        gone, result = await answer(
+            request, "legacy_evaluate (/evaluate-response/)", lambda: service.legacy_evaluate(body)
+        )
+        if gone:
+            return abandoned()
+        return SafeJSONResponse(
             _conform(result, LegacyEvaluateResponse, "legacy_evaluate").model_dump(mode="json")
         )
 
     @app.post("/final-score/")
     async def legacy_score(request: Request, _tenant: str | None = Depends(authenticate)) -> JSONResponse:
-        body = await _parse(request, LegacyScoreRequest)
+        body = await parse(request, LegacyScoreRequest)
         n = len(body.scores)
-        answer = LegacyScoreResponse(score=sum(body.scores) / n if n else 0.0, n=n)
-        return JSONResponse(answer.model_dump(mode="json"))
+        # Each term divided first: finite scores near the float range cannot overflow the mean.
+        mean = sum(x / n for x in body.scores) if n else 0.0
+        return SafeJSONResponse(LegacyScoreResponse(score=mean, n=n).model_dump(mode="json"))
 
     _document_bodies(
         app,

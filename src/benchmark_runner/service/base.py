@@ -79,6 +79,10 @@ class BenchmarkService(ABC):
         """Tasks of a dataset this service hosts. Not implemented -> the route answers 501."""
         raise NotImplementedError
 
+    async def metrics(self) -> dict[str, Any]:
+        """Counters for ``GET /v1/metrics`` (work done, queued, cancelled...); the default has none."""
+        return {}
+
     async def legacy_evaluate(self, request: LegacyEvaluateRequest) -> LegacyEvaluateResponse:
         """``POST /evaluate-response/`` for text benchmarks. Not implemented -> 501."""
         raise NotImplementedError

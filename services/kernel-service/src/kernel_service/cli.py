@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from .schemas import EvalOptions, KernelEvalRequest, KernelEvalResponse, Outcome
+from .schemas import MAX_TOLERANCE, EvalOptions, KernelEvalRequest, KernelEvalResponse, Outcome
 from .service import KernelService, KernelServiceConfig
 
 
@@ -236,7 +236,10 @@ def profile_summary(r: KernelEvalResponse) -> str:
 @click.option("--correctness-trials", default=5, show_default=True, type=click.IntRange(0, 100))
 @click.option("--warmup", default=10, show_default=True, type=click.IntRange(0, 1000))
 @click.option(
-    "--tolerance", type=float, default=None, help="atol = rtol (default: 1e-4 fp32, 1e-2 fp16/bf16)"
+    "--tolerance",
+    type=click.FloatRange(0, MAX_TOLERANCE),
+    default=None,
+    help="atol = rtol (default: 1e-4 fp32, 1e-2 fp16/bf16)",
 )
 @click.option(
     "--tf32",
@@ -258,7 +261,9 @@ def profile_summary(r: KernelEvalResponse) -> str:
     is_flag=True,
     help="add a profile of one untimed call of each side (advisory; decides nothing)",
 )
-@click.option("--timeout", "timeout_s", default=300.0, show_default=True, type=float)
+@click.option(
+    "--timeout", "timeout_s", default=300.0, show_default=True, type=click.FloatRange(0, 3600, min_open=True)
+)
 @click.option("--no-perf", is_flag=True, help="check correctness only")
 @click.option("--json", "as_json", is_flag=True, help="print the full response as JSON")
 @common_options

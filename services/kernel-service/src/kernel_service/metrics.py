@@ -11,13 +11,16 @@ same numbers. Definitions follow upstream KernelBench (``src/kernelbench/score.p
 
 Token usage and cost are summed when the records carry them; cost needs prices in dollars per
 million tokens (input and output priced separately, as every API bills them).
+
+``WorkMeter`` (at the end) is the other kind of metric: what a worker pool of the service did.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 FAST_P_THRESHOLDS: tuple[float, ...] = (0.0, 1.0, 1.5, 2.0)
@@ -155,3 +158,58 @@ def summarize(
     overall = kernelbench_metrics(results)
     overall.update(usage_metrics(results, price_in, price_out))
     return overall, metrics_by_level(results)
+
+
+# ---- the service's own work (GET /v1/metrics) ------------------------------------------------------
+
+
+class WorkMeter:
+    """Jobs and worker-seconds of one worker pool, cancellations included (``GET /v1/metrics``).
+
+    ``work_s`` counts the seconds workers spent on jobs, the running ones up to now, so two readings
+    give the work done between them. A job cancelled while it waited for a worker never started
+    (``cancelled_queued``); one cancelled while it ran (``cancelled_running``) went on to its next phase
+    boundary, and ``work_after_cancel_s`` is what that cost. Touched from the event loop only.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._running: dict[str, float] = {}  # job id -> start
+        self._cancel_at: dict[str, float] = {}  # running job id -> when its cancel was asked
+        self.jobs_done = 0
+        self.cancelled_queued_n = 0
+        self.cancelled_running_n = 0
+        self._work_s = 0.0
+        self._after_cancel_s = 0.0
+
+    def started(self, job_id: str) -> None:
+        self._running[job_id] = self._clock()
+
+    def cancel_requested(self, job_id: str) -> None:
+        if job_id in self._running and job_id not in self._cancel_at:
+            self._cancel_at[job_id] = self._clock()
+            self.cancelled_running_n += 1
+
+    def cancelled_queued(self) -> None:
+        self.cancelled_queued_n += 1
+
+    def finished(self, job_id: str) -> None:
+        now = self._clock()
+        start = self._running.pop(job_id, None)
+        if start is not None:
+            self._work_s += now - start
+            self.jobs_done += 1
+        asked = self._cancel_at.pop(job_id, None)
+        if asked is not None:
+            self._after_cancel_s += now - asked
+
+    def snapshot(self) -> dict[str, float | int]:
+        now = self._clock()
+        return {
+            "jobs_running": len(self._running),
+            "jobs_done": self.jobs_done,
+            "work_s": self._work_s + sum(now - t for t in self._running.values()),
+            "cancelled_queued": self.cancelled_queued_n,
+            "cancelled_running": self.cancelled_running_n,
+            "work_after_cancel_s": self._after_cancel_s + sum(now - t for t in self._cancel_at.values()),
+        }

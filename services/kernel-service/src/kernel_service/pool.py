@@ -36,9 +36,10 @@ import anyio
 from benchmark_runner.service.caller import current_caller
 
 from . import sandbox
+from .metrics import WorkMeter
 from .sandbox import Launcher
 from .scheduling import FairScheduler
-from .worker import FAULT_LOG_NAME, read_tail
+from .worker import CANCEL_FILE, FAULT_LOG_NAME, read_tail
 
 #: Longest JSON line accepted from a worker; results are excerpts, so anything bigger is a broken worker.
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
@@ -99,7 +100,7 @@ class Reply:
     """What came back for one job: a result dict, or why there is none."""
 
     result: dict[str, Any] | None
-    failure: str | None = None  # "timeout" | "crash" | "protocol"
+    failure: str | None = None  # "timeout" | "crash" | "protocol" | "cancelled"
     message: str = ""
     phase: str | None = None
     output: str | None = None
@@ -130,6 +131,7 @@ class WorkerProcess:
         self._lock = threading.Lock()
         self.proc: subprocess.Popen[bytes] | None = None
         self._rfd: int | None = None
+        self._cancelled: str | None = None  # the job id the last cancel() was for
 
     def can_write(self, path: Path) -> bool:
         dirs = [d.resolve() for d in [self.tmp, *self.writable]]
@@ -191,6 +193,9 @@ class WorkerProcess:
                 start_new_session=True,
                 env=env,
                 cwd=self.tmp,
+                # Its own session escapes a kill of the service's process group: the kernel kills it
+                # (and, through unshare --kill-child / bwrap, its whole namespace) when the service dies.
+                preexec_fn=sandbox.die_with_parent_hook(),
             )
         finally:
             os.close(wfd)
@@ -213,6 +218,18 @@ class WorkerProcess:
     @property
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    def cancel(self, job_id: str) -> None:
+        """Ask the worker to stop ``job_id`` at its next phase boundary (its client went away); it
+        answers a result ``{"cancelled": phase}`` and stays warm. Any thread may call this."""
+        self._cancelled = job_id
+        flag = self.tmp / CANCEL_FILE
+        part = flag.with_name(f"{CANCEL_FILE}.{os.getpid()}.{threading.get_ident()}")
+        try:
+            part.write_text(job_id)
+            os.replace(part, flag)
+        except OSError as exc:  # the worker is gone (its temp dir with it): nothing left to stop
+            logger.debug("cannot ask %s to cancel %s: %s", self.worker_id, job_id, exc)
 
     def run(self, job: dict[str, Any], timeout: float) -> Reply:
         """Send ``job`` and wait for its result at most ``timeout`` s; kill the worker on any fault."""
@@ -252,6 +269,13 @@ class WorkerProcess:
                     if why:
                         result["recycled"] = str(why)[:500]
                         self.kill()
+                    if "cancelled" in result:
+                        if self._cancelled != job_id:
+                            return self._fault("protocol", "the job stopped as cancelled, uncancelled", phase)
+                        message = f"cancelled before {str(result['cancelled'])[:100]}"
+                        return Reply(
+                            None, "cancelled", message, phase, worker_id=self.worker_id, recycle=recycle
+                        )
                     return Reply(result=result, worker_id=self.worker_id, phase=phase, recycle=recycle)
                 else:
                     return self._fault("protocol", f"unexpected message {str(msg)[:200]}", phase)
@@ -371,6 +395,7 @@ class WorkerPool:
         self._turns = FairScheduler(len(devices))
         self._all: list[WorkerProcess] = []
         self.ready_info: dict[str, Any] | None = None
+        self.meter = WorkMeter()  # jobs, worker-seconds, cancellations (the service's metrics)
 
     @property
     def size(self) -> int:
@@ -423,34 +448,70 @@ class WorkerPool:
         """Run ``job`` on an idle worker; returns the reply and the seconds spent waiting for one.
 
         Callers (default: the request's, ``current_caller()``) take turns at the workers (``FairScheduler``).
+        Cancelled (the client went away) while it waits, the job never starts; while it runs, the worker
+        is asked to stop it at its next phase boundary, and this returns (re-raising the cancellation) once
+        it has: the worker stays warm and the slot is free again.
         """
         assert self._idle is not None, "pool not started"
         t0 = time.monotonic()
-        async with self._turns.slot(current_caller() if caller is None else caller):
-            return await self._run(job, timeout, t0)
+        started: list[bool] = []
+        try:
+            async with self._turns.slot(current_caller() if caller is None else caller):
+                return await self._run(job, timeout, t0, started)
+        except asyncio.CancelledError:
+            if not started:
+                self.meter.cancelled_queued()
+            raise
 
-    async def _run(self, job: dict[str, Any], timeout: float, t0: float) -> tuple[Reply, float]:
+    async def _run(
+        self, job: dict[str, Any], timeout: float, t0: float, started: list[bool]
+    ) -> tuple[Reply, float]:
         assert self._idle is not None
         needed = self._grant_build_dir(job)
         worker = await self._idle.get()
         waited = time.monotonic() - t0
+        cancelled: BaseException | None = None
         try:
             if needed is not None and not worker.can_write(needed):
                 # Started before its build cache was granted: replace it by one that may write there.
                 self._all.remove(worker)
                 await anyio.to_thread.run_sync(worker.close)
                 worker = self._new_worker(worker.device)
-            reply = await anyio.to_thread.run_sync(worker.run, job, timeout)
+            started.append(True)
+            reply, cancelled = await self._on_worker(worker, job, timeout)
         except BaseException:
             worker.kill()
             raise
         finally:
-            if worker.dead:
-                self._all.remove(worker)
-                await anyio.to_thread.run_sync(worker.close)
-                worker = self._new_worker(worker.device)
-            self._idle.put_nowait(worker)
+            with anyio.CancelScope(shield=True):  # a cancelled job gives its slot back all the same
+                if worker.dead:
+                    self._all.remove(worker)
+                    await anyio.to_thread.run_sync(worker.close)
+                    worker = self._new_worker(worker.device)
+                self._idle.put_nowait(worker)
+        if cancelled is not None:
+            raise cancelled
         return reply, waited
+
+    async def _on_worker(
+        self, worker: WorkerProcess, job: dict[str, Any], timeout: float
+    ) -> tuple[Reply, BaseException | None]:
+        """``worker.run`` in a thread. Cancelled meanwhile: ask the worker to stop the job at its next phase
+        boundary, wait for that (shielded), and return the cancellation for the caller to re-raise."""
+        job_id = str(job["job_id"])
+        self.meter.started(job_id)
+        thread = asyncio.ensure_future(anyio.to_thread.run_sync(worker.run, job, timeout))
+        try:
+            try:
+                return await asyncio.shield(thread), None
+            except asyncio.CancelledError as exc:
+                self.meter.cancel_requested(job_id)
+                worker.cancel(job_id)
+                with anyio.CancelScope(shield=True):
+                    reply = await thread
+                return reply, exc
+        finally:
+            self.meter.finished(job_id)
 
     def _grant_build_dir(self, job: dict[str, Any]) -> Path | None:
         """The job's build dir if workers must be able to write it, after granting its cache root.

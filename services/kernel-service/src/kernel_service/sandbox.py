@@ -25,7 +25,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -424,6 +424,45 @@ def become_subreaper() -> bool:
         return bool(_libc().prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
     except (OSError, AttributeError):
         return False
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent_hook() -> Callable[[], None] | None:
+    """A ``preexec_fn`` for ``Popen``: the child gets SIGKILL when this process dies (``kill -9``
+    included), and kills itself at once if this process died before the hook ran.
+
+    The kernel sends it when the *thread* that forked the child ends: spawn from a thread that lives as
+    long as the process's use of the child (the event loop's). None off Linux.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = _libc().prctl  # resolved here: the child, forked from a threaded process, only calls it
+    parent = os.getpid()
+
+    def hook() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the prctl: no signal will come
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return hook
+
+
+def die_with_parent() -> bool:
+    """Get SIGKILL when the parent process dies (call it first thing in a child that must not outlive it).
+    A parent already gone by then (this process was reparented to init or a subreaper) cannot be told
+    from a live one, so a child that starts slowly should also watch its pipes."""
+    try:
+        return bool(_libc_once().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0)
+    except (OSError, AttributeError):
+        return False
+
+
+@cache
+def _libc_once() -> ctypes.CDLL:
+    """libc, loaded once: a process that forks calls it in the child without loading anything there."""
+    return _libc()
 
 
 def parent_pids() -> dict[int, int]:

@@ -16,11 +16,17 @@ from pydantic import Discriminator, Field, RootModel, Tag, model_validator
 from benchmark_runner.schemas import EvalResultData, EvalStatus, StrictModel
 
 from .backendbench.schemas import BackendBenchEvalRequest
+from .bounds import BoundedModel
 
 #: Excerpts (compile logs, tracebacks, captured output) are cut to their last this-many characters.
 EXCERPT_CHARS = 4000
 
 Backend = Literal["cuda", "triton", "cpp", "torch"]
+#: atol, rtol and tolerance at most this: a tolerance of 100 % of the value (or of 1.0 absolute) already
+#: calls anything close correct; a larger one (or Infinity) would make every finite output ``correct``.
+MAX_TOLERANCE = 1.0
+#: Longest dataset name or task id.
+MAX_NAME_CHARS = 500
 Device = Literal["auto", "cpu", "cuda"]
 #: The dtype both sides run at (upstream KernelBench's ``precision``): floating inputs, init inputs and
 #: the models' floating parameters and buffers are cast to it; fp32 casts nothing.
@@ -43,8 +49,8 @@ def excerpt(text: str | None, limit: int = EXCERPT_CHARS) -> str | None:
     return f"[... {len(text) - limit} characters cut ...]\n" + text[-limit:]
 
 
-class EvalOptions(StrictModel):
-    """How to check and time one submission."""
+class EvalOptions(BoundedModel):
+    """How to check and time one submission. Every number is finite and bounded (``bounds.py``)."""
 
     correctness_trials: int = Field(default=5, ge=0, le=100)
     perf_trials: int = Field(default=100, ge=1, le=10_000)
@@ -57,9 +63,15 @@ class EvalOptions(StrictModel):
         "readings, once the standard error of their median is within this share of it; 0: always "
         "perf_trials",
     )
-    atol: float | None = Field(default=None, ge=0, description="None: 1e-4 for fp32, 1e-2 for fp16/bf16")
-    rtol: float | None = Field(default=None, ge=0, description="None: 1e-4 for fp32, 1e-2 for fp16/bf16")
-    tolerance: float | None = Field(default=None, ge=0, description="shortcut: sets atol and rtol both")
+    atol: float | None = Field(
+        default=None, ge=0, le=MAX_TOLERANCE, description="None: 1e-4 for fp32, 1e-2 for fp16/bf16"
+    )
+    rtol: float | None = Field(
+        default=None, ge=0, le=MAX_TOLERANCE, description="None: 1e-4 for fp32, 1e-2 for fp16/bf16"
+    )
+    tolerance: float | None = Field(
+        default=None, ge=0, le=MAX_TOLERANCE, description="shortcut: sets atol and rtol both"
+    )
     tf32: Literal["default", "off", "on"] = Field(
         default="default",
         description="TF32 for fp32 matmuls and cuDNN convolutions, both sides: 'default' keeps PyTorch's "
@@ -104,9 +116,11 @@ class KernelEvalRequest(StrictModel):
     """Body of ``POST /v1/evaluate`` for the kernel service."""
 
     kind: Literal["kernelbench"] = "kernelbench"
-    dataset: str = Field(default="kernelbench", min_length=1)
+    dataset: str = Field(default="kernelbench", min_length=1, max_length=MAX_NAME_CHARS)
     reference: str | None = Field(default=None, description="reference source (Model, get_inputs, ...)")
-    task_id: str | None = Field(default=None, description="a task of `dataset` whose code is the reference")
+    task_id: str | None = Field(
+        default=None, max_length=MAX_NAME_CHARS, description="a task of `dataset` whose code is the reference"
+    )
     solution: str = Field(min_length=1, description="candidate source defining ModelNew")
     backend: Backend = "torch"
     options: EvalOptions = Field(default_factory=EvalOptions)

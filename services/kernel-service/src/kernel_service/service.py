@@ -5,6 +5,15 @@ on a host without a GPU (``requires_gpu``) -> for ``cpp``/``cuda``, import the s
 compile worker so its ``load_inline`` builds land in a content-addressed build dir (skipped when that
 dir is already marked built) -> run the evaluation in a device worker, which loads the cached
 extension -> validate the worker's JSON with pydantic -> remember the reference timing.
+
+A request whose client went away is cancelled (the app cancels its coroutine): a job still waiting for
+a worker never starts, a running one stops at its next phase boundary (``WorkerPool.run``). Identical
+requests share one evaluation (``SharedRun``), which is cancelled only when the last of them is gone.
+``metrics()`` (``GET /v1/metrics``) counts the pools' work and cancellations.
+
+Without a ``work_dir`` the service makes its own under the system temp dir, named after its process
+(``kernel-service-<pid namespace>.<pid>.<start time>-*``); each start removes those whose process is
+dead (a service killed with ``kill -9`` cannot remove its own).
 """
 
 from __future__ import annotations
@@ -13,16 +22,19 @@ import asyncio
 import hashlib
 import json
 import logging
+import math
 import os
+import re
+import shutil
 import sys
 import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal, overload
+from typing import Any, ClassVar, Generic, Literal, TypeVar, overload
 
 import anyio
 from pydantic import ValidationError
@@ -168,6 +180,116 @@ class RefTimingCache:
                 os.replace(tmp, self.path)
 
 
+# ---- work dirs of dead services ------------------------------------------------------------------
+
+WORK_DIR_PREFIX = "kernel-service-"
+_OWNED = re.compile(rf"^{re.escape(WORK_DIR_PREFIX)}(\d+)\.(\d+)\.(\d+)-")
+
+
+def _pid_namespace() -> int:
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
+def _start_time(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks since boot), None when there is no such process: with the pid,
+    it names one process (a pid alone may be reused)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    try:
+        return int(stat.rsplit(")", 1)[1].split()[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def make_work_dir(root: Path | None = None) -> Path:
+    """A fresh work dir under ``root`` (default: the system temp dir), named after this process."""
+    tag = f"{_pid_namespace()}.{os.getpid()}.{_start_time(os.getpid()) or 0}"
+    return Path(tempfile.mkdtemp(prefix=f"{WORK_DIR_PREFIX}{tag}-", dir=root))
+
+
+def sweep_dead_work_dirs(root: Path | None = None) -> list[Path]:
+    """Remove the work dirs (``make_work_dir``) of services whose process is gone; returns them.
+
+    Only dirs of this user, made in this PID namespace (another one's pids mean other processes), whose
+    process is dead or is another process now (its start time differs). Others are left alone.
+    """
+    base = Path(root) if root is not None else Path(tempfile.gettempdir())
+    ns, uid = _pid_namespace(), os.geteuid()
+    removed: list[Path] = []
+    try:
+        entries = list(base.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        m = _OWNED.match(entry.name)
+        if m is None or int(m.group(1)) != ns:
+            continue
+        try:
+            st = entry.lstat()
+        except OSError:
+            continue
+        if st.st_uid != uid or not entry.is_dir() or entry.is_symlink():
+            continue
+        pid, started = int(m.group(2)), int(m.group(3))
+        if pid == os.getpid() or _start_time(pid) == started:
+            continue  # alive
+        shutil.rmtree(entry, ignore_errors=True)
+        if not entry.exists():
+            removed.append(entry)
+            logger.info("removed %s: the service that made it (pid %d) is gone", entry, pid)
+    return removed
+
+
+# ---- single flight --------------------------------------------------------------------------------
+
+T = TypeVar("T")
+
+
+class SharedRun(Generic[T]):
+    """One evaluation that identical requests wait for together, in a task of its own.
+
+    Each request ``wait()``s; one that is cancelled (its client went away) stops waiting, and when the
+    last one is gone the evaluation is cancelled too (queued: never starts; running: stops at its next
+    phase boundary). ``on_abandoned`` then runs (the service forgets it, so a later identical request
+    starts afresh instead of joining a run that is stopping).
+    """
+
+    def __init__(self, work: Callable[[], Awaitable[T]], on_abandoned: Callable[[], None]) -> None:
+        self.waiters = 0
+        self.joined = 0  # requests that waited for it without starting it
+        self._on_abandoned = on_abandoned
+        self._scope = anyio.CancelScope()
+        self.task: asyncio.Task[T | None] = asyncio.ensure_future(self._body(work))
+        self.task.add_done_callback(_retrieve)
+
+    async def _body(self, work: Callable[[], Awaitable[T]]) -> T | None:
+        with self._scope:
+            return await work()
+        return None  # cancelled: nobody was waiting any more
+
+    async def wait(self) -> T | None:
+        """The evaluation's result; None if it was cancelled (only when this service shuts down)."""
+        self.waiters += 1
+        try:
+            return await asyncio.shield(self.task)
+        finally:
+            self.waiters -= 1
+            if self.waiters == 0 and not self.task.done():
+                self._scope.cancel()
+                self._on_abandoned()
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    """Mark a shared run's exception seen (every waiter may be gone): no 'never retrieved' warning."""
+    if not task.cancelled() and task.exception() is not None:
+        logger.debug("shared evaluation failed: %r", task.exception())
+
+
 def split_cpus(cpus: list[int], gpus: int) -> tuple[list[int], list[int]]:
     """Cores for the GPU eval workers and the rest for compiling, on a GPU host with cores to spare.
 
@@ -191,7 +313,9 @@ class KernelService(BenchmarkService):
     def __init__(self, config: KernelServiceConfig | None = None) -> None:
         self.config = config or KernelServiceConfig()
         self.gpus: list[int] = []
-        self._own_work_dir: tempfile.TemporaryDirectory[str] | None = None
+        self._own_work_dir: Path | None = None
+        self._inflight: dict[str, SharedRun[tuple[KernelEvalResponse, bool]]] = {}
+        self._joined = 0  # requests answered by joining an identical evaluation in flight
         self.eval_pool: JobRunner | None = None
         self.compile_pool: JobRunner | None = None
         self.problems = ProblemStore.from_sources(self.config.dataset_sources)
@@ -218,8 +342,8 @@ class KernelService(BenchmarkService):
         else:
             self.gpus = detect_gpus() if cfg.gpus is None else list(cfg.gpus)
         if cfg.work_dir is None:
-            self._own_work_dir = tempfile.TemporaryDirectory(prefix="kernel-service-")
-            work = Path(self._own_work_dir.name)
+            await anyio.to_thread.run_sync(sweep_dead_work_dirs)
+            work = self._own_work_dir = make_work_dir()
         else:
             work = Path(cfg.work_dir)
         work.mkdir(parents=True, exist_ok=True)
@@ -302,7 +426,27 @@ class KernelService(BenchmarkService):
             await anyio.to_thread.run_sync(self._mps.stop)
             self._mps = None
         if self._own_work_dir is not None:
-            self._own_work_dir.cleanup()
+            own, self._own_work_dir = self._own_work_dir, None
+            await anyio.to_thread.run_sync(lambda: shutil.rmtree(own, ignore_errors=True))
+
+    async def metrics(self) -> dict[str, Any]:
+        """``GET /v1/metrics``: each pool's jobs, worker-seconds and cancellations (``WorkMeter``), the
+        result cache, and ``cancelled``: jobs dropped or stopped because their clients went away."""
+        pools: dict[str, Any] = {}
+        for name, pool in (("eval", self.eval_pool), ("compile", self.compile_pool)):
+            meter = getattr(pool, "meter", None)
+            if meter is not None:
+                pools[name] = meter.snapshot()
+        cache = self.result_cache
+        return {
+            "pools": pools,
+            "cancelled": sum(int(p["cancelled_queued"] + p["cancelled_running"]) for p in pools.values()),
+            "in_flight_shared": len(self._inflight),
+            "joined_in_flight": self._joined,
+            "result_cache": None
+            if cache is None
+            else {"entries": len(cache), "hits": cache.hits, "misses": cache.misses},
+        }
 
     # ---- datasets -----------------------------------------------------------------------------
 
@@ -431,23 +575,47 @@ class KernelService(BenchmarkService):
             self._environment(),
         )
         hit = cache.get(key)
-        running = cache.inflight(key) if hit is None else None
-        if running is not None:
-            hit = await asyncio.shield(running)
         if hit is not None:
-            hit.cached = True
-            hit.elapsed = Elapsed(total_s=time.monotonic() - started)
-            return hit
-        fut = cache.begin(key)
-        response: KernelEvalResponse | None = None
-        try:
-            response, replayable = await self._evaluate_kernelbench(request, reference, started)
-            if not replayable:
-                return response
+            return self._replayed(hit, started)
+        shared = self._inflight.get(key)
+        if shared is not None:  # an identical evaluation is running: wait for its verdict
+            shared.joined += 1
+            self._joined += 1
+            done = await shared.wait()
+            if done is not None and done[1] and cache.cacheable(done[0]):
+                return self._replayed(done[0].model_copy(deep=True), started)
+            # not replayable (a timeout, a dead worker): judge this one afresh
+        shared = self._share(key, lambda: self._evaluate_and_cache(cache, key, request, reference, started))
+        done = await shared.wait()
+        if done is None:
+            raise RuntimeError("the evaluation was cancelled (the service is shutting down)")
+        return done[0] if shared.joined == 0 else done[0].model_copy(deep=True)
+
+    @staticmethod
+    def _replayed(response: KernelEvalResponse, started: float) -> KernelEvalResponse:
+        response.cached = True
+        response.elapsed = Elapsed(total_s=time.monotonic() - started)
+        return response
+
+    def _share(
+        self, key: str, work: Callable[[], Awaitable[tuple[KernelEvalResponse, bool]]]
+    ) -> SharedRun[tuple[KernelEvalResponse, bool]]:
+        def forget() -> None:
+            if self._inflight.get(key) is shared:
+                del self._inflight[key]
+
+        shared = SharedRun(work, forget)
+        self._inflight[key] = shared
+        shared.task.add_done_callback(lambda _task: forget())
+        return shared
+
+    async def _evaluate_and_cache(
+        self, cache: ResultCache, key: str, request: KernelEvalRequest, reference: str, started: float
+    ) -> tuple[KernelEvalResponse, bool]:
+        response, replayable = await self._evaluate_kernelbench(request, reference, started)
+        if replayable:
             cache.put(key, response)
-            return response
-        finally:
-            cache.end(key, fut, response if response is not None and replayable else None)
+        return response, replayable
 
     async def _evaluate_kernelbench(
         self, request: KernelEvalRequest, reference: str, started: float
@@ -646,11 +814,9 @@ class KernelService(BenchmarkService):
         outcomes: list[tuple[str, TaskOutcome]] = []
         per_task = []
         for e in request.evaluations:
-            speedup = e.data.details.get("speedup") if isinstance(e.data.details, dict) else None
+            speedup = _positive(e.data.details.get("speedup") if isinstance(e.data.details, dict) else None)
             correct = e.data.status == EvalStatus.CORRECT
-            outcomes.append(
-                (e.task_id, TaskOutcome(correct, float(speedup) if speedup else None, e.data.score))
-            )
+            outcomes.append((e.task_id, TaskOutcome(correct, speedup, e.data.score)))
             per_task.append(
                 TaskScore(task_id=e.task_id, status=e.data.status, score=e.data.score, outcome=e.data.outcome)
             )
@@ -682,3 +848,14 @@ class KernelService(BenchmarkService):
                 request, "requires_gpu", "device 'cuda' requires a CUDA GPU and this service has none"
             )
         return await run_in_pool(self.eval_pool, request)
+
+
+def _positive(value: Any) -> float | None:
+    """A speedup a client reported, if it is one (a finite positive number); else None (not measured)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        x = float(value)
+    except OverflowError:
+        return None
+    return x if math.isfinite(x) and x > 0 else None

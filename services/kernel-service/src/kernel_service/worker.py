@@ -37,6 +37,13 @@ from . import sandbox
 #: parent reads its tail when a worker dies.
 FAULT_LOG_NAME = "fault.txt"
 OUTPUT_TAIL_CHARS = 4000
+#: The parent writes a job id here (in the worker's temp dir) to stop that job at its next phase boundary.
+CANCEL_FILE = "cancel"
+
+
+class JobCancelled(BaseException):
+    """Raised at a phase boundary of a job the parent cancelled (its client went away). A BaseException,
+    so no ``except Exception`` of the harness takes it for the submission's failure; cleanups still run."""
 
 
 class Channel:
@@ -240,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
                     jobdir,
                     env,
                     judge,
-                    lambda p, j=job_id: channel.send({"type": "phase", "job_id": j, "phase": p}),
+                    _reporter(channel, job_id, tmp / CANCEL_FILE),
                 )
             result["output"] = result.pop("solution_output", None) or capture.tail()
             if raw.get("kind", "kernelbench") == "kernelbench":  # its answer reports the sandbox layers
@@ -250,6 +257,10 @@ def main(argv: list[str] | None = None) -> int:
                 result["recycle"] = "; ".join(left[:3])[:500]
                 sys.stderr.write(f"job {job_id}: recycling: {'; '.join(left[:3])}\n")
             channel.send({"type": "result", "job_id": job_id, "result": _fix_nonfinite(result)})
+        except JobCancelled as stop:  # stopped between two phases: still warm, unless the job left something
+            left = _leftovers(base_guard, base_threads | judge.own_threads(), capture, judge.keep_pids())
+            cancelled = {"cancelled": str(stop), **({"recycle": "; ".join(left[:3])[:500]} if left else {})}
+            channel.send({"type": "result", "job_id": job_id, "result": cancelled})
         except BaseException as exc:  # a harness failure must still answer, then the parent recycles us
             channel.send(
                 {
@@ -260,6 +271,21 @@ def main(argv: list[str] | None = None) -> int:
             )
         finally:
             shutil.rmtree(jobdir, ignore_errors=True)
+
+
+def _reporter(channel: Channel, job_id: str, cancel_file: Path) -> Any:
+    """The phase callback: stop here if the parent cancelled this job, else tell it the phase starts."""
+
+    def report(phase: str) -> None:
+        try:
+            cancelled = cancel_file.read_text() == job_id
+        except OSError:
+            cancelled = False
+        if cancelled:
+            raise JobCancelled(phase)
+        channel.send({"type": "phase", "job_id": job_id, "phase": phase})
+
+    return report
 
 
 def _run_job(raw: dict[str, Any], jobdir: Path, env: Any, judge: Any, report: Any) -> dict[str, Any]:

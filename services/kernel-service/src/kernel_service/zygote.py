@@ -33,6 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sock", type=int, required=True)
     parser.add_argument("--no-preimport", action="store_true")
     args = parser.parse_args(argv)
+    from .sandbox import die_with_parent
+
+    die_with_parent()  # a judge killed mid-import of torch here must not leave the zygote behind
     # Never initialise CUDA here (torch's CUDA availability check through NVML does not): a fork of a
     # process that did cannot use CUDA at all.
     os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
@@ -113,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
                 judge_end.close()
                 os.close(out_r)
                 os.setsid()
+                die_with_parent()  # its own session escapes a group kill: it dies with the zygote
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                 os.dup2(out_w, 1)
                 os.dup2(out_w, 2)

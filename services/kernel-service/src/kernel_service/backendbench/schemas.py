@@ -12,6 +12,8 @@ from pydantic import Field, field_validator, model_validator
 
 from benchmark_runner.schemas import EvalResultData, EvalStatus, StrictModel
 
+from ..bounds import BoundedModel
+
 SUITES = ("smoke", "opinfo", "torchbench", "facto")
 Suite = Literal["smoke", "opinfo", "torchbench", "facto"]
 DTYPES = ("float32", "float16", "bfloat16", "float64")
@@ -30,18 +32,30 @@ OUTCOME_STATUS: dict[str, EvalStatus] = {
 }
 
 
-class BackendBenchOptions(StrictModel):
-    """How to evaluate. Defaults follow upstream BackendBench where it has one; tolerances are per dtype."""
+#: atol and rtol at most this (a larger tolerance, or Infinity, would call any finite output correct).
+MAX_TOLERANCE = 1.0
+MAX_NAME_CHARS = 500
+
+
+class BackendBenchOptions(BoundedModel):
+    """How to evaluate. Defaults follow upstream BackendBench where it has one; tolerances are per dtype.
+    Every number is finite and bounded (``bounds.py``)."""
 
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtypes: list[str] | None = Field(
-        default=None, description="dtypes to test; None: float32 + bfloat16 on CPU, + float16 on CUDA"
+        default=None,
+        max_length=len(DTYPES),
+        description="dtypes to test; None: float32 + bfloat16 on CPU, + float16 on CUDA",
     )
-    atol: float | None = Field(default=None, gt=0, description="override every dtype's absolute tolerance")
-    rtol: float | None = Field(default=None, gt=0, description="override every dtype's relative tolerance")
-    max_inputs: int = Field(default=32, gt=0, description="correctness inputs per op at most")
-    perf_trials: int = Field(default=20, gt=0)
-    warmup: int = Field(default=3, ge=0)
+    atol: float | None = Field(
+        default=None, gt=0, le=MAX_TOLERANCE, description="override every dtype's absolute tolerance"
+    )
+    rtol: float | None = Field(
+        default=None, gt=0, le=MAX_TOLERANCE, description="override every dtype's relative tolerance"
+    )
+    max_inputs: int = Field(default=32, gt=0, le=10_000, description="correctness inputs per op at most")
+    perf_trials: int = Field(default=20, gt=0, le=10_000)
+    warmup: int = Field(default=3, ge=0, le=1000)
     perf_processes: int | None = Field(
         default=None,
         ge=1,
@@ -51,9 +65,10 @@ class BackendBenchOptions(StrictModel):
         "the CPU",
     )
     measure_performance: bool = True
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, lt=2**63)
     trace_file: str | None = Field(
         default=None,
+        max_length=4096,
         description="torchbench suite: a trace file (upstream text, or JSON) the worker can read",
     )
     trace: dict[str, list[dict[str, Any]]] | None = Field(
@@ -64,9 +79,14 @@ class BackendBenchOptions(StrictModel):
     )
     detect_original_op: bool = True
     timeout_s: float = Field(
-        default=300.0, gt=0, description="wall clock for the whole evaluation; then the worker is killed"
+        default=300.0,
+        gt=0,
+        le=3600,
+        description="wall clock for the whole evaluation; then the worker is killed",
     )
-    feedback_chars: int = Field(default=4000, gt=200, description="feedback text is trimmed to this length")
+    feedback_chars: int = Field(
+        default=4000, gt=200, le=100_000, description="feedback text is trimmed to this length"
+    )
 
     @field_validator("dtypes")
     @classmethod
@@ -83,11 +103,14 @@ class BackendBenchEvalRequest(StrictModel):
     """Body of an evaluation: one op's kernel source, checked on one suite's inputs for that op."""
 
     kind: Literal["backendbench"] = "backendbench"
-    dataset: str = Field(description='"backendbench-<suite>" (the tenant allowlist is checked against it)')
-    op: str = Field(min_length=1, pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)?$")
+    dataset: str = Field(
+        max_length=MAX_NAME_CHARS,
+        description='"backendbench-<suite>" (the tenant allowlist is checked against it)',
+    )
+    op: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)?$")
     suite: Suite = "smoke"
     source: str = Field(description="Python source defining `<op>_kernel_impl(*args, **kwargs)`")
-    task_id: str | None = None
+    task_id: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
     options: BackendBenchOptions = Field(default_factory=BackendBenchOptions)
 
     @model_validator(mode="after")
