@@ -54,6 +54,16 @@ logger = logging.getLogger(__name__)
 SANDBOX_CHOICES = ("auto", "bwrap", "unshare", "none")
 
 
+def detect_gpus() -> list[int]:
+    """GPU indices visible to this process (``torch.cuda.device_count`` does not create a context)."""
+    try:
+        import torch
+
+        return list(range(torch.cuda.device_count()))
+    except Exception:  # noqa: BLE001 - no torch / broken driver: no GPUs
+        return []
+
+
 def resolve_launcher(choice: str) -> tuple[Launcher, tuple[str, ...]]:
     """The launcher for a pool's ``sandbox`` setting, and notes on layers that are missing.
 

@@ -36,7 +36,7 @@ from .datasets import ProblemStore
 from .executor import JobRunner
 from .metrics import TaskOutcome, kernelbench_metrics
 from .mps import MpsDaemon
-from .pool import KILL_GRACE_S, Reply, WorkerConfig, WorkerPool
+from .pool import KILL_GRACE_S, Reply, WorkerConfig, WorkerPool, detect_gpus
 from .result_cache import ResultCache, result_key
 from .schemas import (
     COMPILED_BACKENDS,
@@ -64,16 +64,6 @@ PHASE_OUTCOME: dict[str, Outcome] = {
 __all__ = ["BUILT_MARKER", "BuildCache", "KernelService", "KernelServiceConfig", "RefTimingCache"]
 #: Bump when the timing method changes: cached reference timings of another method are not comparable.
 TIMING_VERSION = "1"
-
-
-def detect_gpus() -> list[int]:
-    """GPU indices visible to this process (``torch.cuda.device_count`` does not create a context)."""
-    try:
-        import torch
-
-        return list(range(torch.cuda.device_count()))
-    except Exception:  # noqa: BLE001 - no torch / broken driver: no GPUs
-        return []
 
 
 @dataclass
