@@ -121,7 +121,7 @@ def test_plan_resume_splits_by_what_is_on_disk() -> None:
 def test_option_defaults_are_the_declared_plain_values() -> None:
     import click
 
-    from benchmark_runner.cli import option_defaults
+    from benchmark_runner.runs import option_defaults
 
     class Runner:
         @classmethod

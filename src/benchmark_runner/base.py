@@ -66,6 +66,9 @@ class BenchmarkRunner(ABC):
     #: Non-file values ``--dataset-file`` accepts and ``load_tasks`` understands: ``"hub"`` lets
     #: ``hub`` and ``hub:<name>`` through (the runner downloads them) instead of "path does not exist".
     DATASET_SOURCES: ClassVar[tuple[str, ...]] = ()
+    #: What ``load_tasks`` is given when no dataset is named (the bundled sample): ``benchmark_runner.run``
+    #: uses it, and ``make_cli`` unless given another, so both record the same dataset identity.
+    DEFAULT_DATASET_FILE: ClassVar[Path | None] = None
 
     def __init__(self, service: ServiceClient | None = None, dataset_name: str | None = None) -> None:
         self.service = service

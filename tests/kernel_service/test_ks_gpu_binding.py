@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from kernel_service import sandbox
-from kernel_service.service import worker_gpu
+from kernel_service.pool import worker_gpu
 
 from benchmark_runner.service.server import RunningServer
 

@@ -20,7 +20,7 @@ import verifiers.v1 as vf
 from backendbench_runner.agent import run_agent
 from backendbench_runner.benchmark import BackendBenchRunner
 
-from benchmark_runner.embedded import open_runner_service
+from benchmark_runner.api import open_runner
 from benchmark_runner.llm import ChatClient, LLMConfig
 
 from .taskset import BackendBenchData
@@ -67,10 +67,11 @@ class BackendBenchHarness(vf.Harness[BackendBenchHarnessConfig]):
         # No client-side retries: the interception already retries the provider, and a refusal from
         # it (a trainer's limit) must end the loop at once.
         async with (
-            open_runner_service(BackendBenchRunner, bb.service_url, bb.run_group) as service,
+            open_runner(
+                BackendBenchRunner, service_url=bb.service_url, run_id=bb.run_group, options=bb.flags
+            ) as runner,
             ChatClient(llm, max_retries=0, api_key=secret) as chat,
         ):
-            runner: BackendBenchRunner = bb.runner(service)
 
             async def evaluate(source: str) -> dict[str, Any]:
                 return await runner.evaluate_source(problem, source)

@@ -28,8 +28,8 @@ from backendbench_runner.prompts import function_name, initial_messages
 from backendbench_runner.scoring import components, parse_weights
 from pydantic import Field, field_validator
 
+from benchmark_runner.api import open_runner
 from benchmark_runner.client import SERVICE_URL_ENV
-from benchmark_runner.embedded import open_runner_service
 from benchmark_runner.schemas import EvalResult, GenerationResult
 
 
@@ -95,11 +95,6 @@ class BackendBenchData(vf.TaskData):
     run_group: str
     """``X-Run-Id`` of this op's rollouts: a rollout group is one run to the service."""
 
-    def runner(self, service: Any = None) -> BackendBenchRunner:
-        runner = BackendBenchRunner(service)
-        runner.configure(self.flags)
-        return runner
-
 
 def generation_of(trace: vf.Trace, data: BackendBenchData) -> GenerationResult:
     """What the harness recorded, else (another harness, or a stopped rollout) the transcript's
@@ -128,8 +123,10 @@ class BackendBenchRLTask(vf.Task[BackendBenchData, vf.State, vf.TaskConfig]):
     async def finalize(self, trace: vf.Trace, runtime: vf.Runtime) -> None:
         data = self.data
         generation = generation_of(trace, data)
-        async with open_runner_service(BackendBenchRunner, data.service_url, data.run_group) as client:
-            evaluation = await data.runner(client).evaluate(data.problem, generation)
+        async with open_runner(
+            BackendBenchRunner, service_url=data.service_url, run_id=data.run_group, options=data.flags
+        ) as runner:
+            evaluation = await runner.evaluate(data.problem, generation)
         trace.info["evaluation"] = evaluation.model_dump(mode="json")
 
     def _components(self, trace: vf.Trace) -> tuple[float, float, float]:

@@ -20,7 +20,7 @@ from typing import Any
 import verifiers.v1 as vf
 from kernelbench_runner.benchmark import KernelBenchRunner
 
-from benchmark_runner.embedded import open_runner_service
+from benchmark_runner.api import open_runner
 from benchmark_runner.llm import ChatClient, LLMConfig
 
 from .taskset import KernelBenchData
@@ -66,10 +66,14 @@ class KernelBenchHarness(vf.Harness[KernelBenchHarnessConfig]):
         # No client-side retries: the interception already retries the provider, and a refusal from
         # it (a trainer's limit) must end the loop at once.
         async with (
-            open_runner_service(KernelBenchRunner, kb.service_url, kb.run_group) as service,
+            open_runner(
+                KernelBenchRunner,
+                service_url=kb.service_url,
+                run_id=kb.run_group,
+                options=kb.options.model_dump(),
+            ) as runner,
             ChatClient(llm, max_retries=0, api_key=secret) as chat,
         ):
-            runner = KernelBenchRunner(service=service, options=kb.options.model_dump())
             generation, agent = await runner.generate_with(
                 chat, kb.problem, ctx.model, llm, None, opening_messages(system, prompt)
             )

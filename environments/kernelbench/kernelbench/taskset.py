@@ -25,8 +25,8 @@ from kernelbench_runner.benchmark import KernelBenchOptions, KernelBenchRunner, 
 from kernelbench_runner.problems import KernelBenchTask, select
 from pydantic import Field
 
+from benchmark_runner.api import open_runner
 from benchmark_runner.client import SERVICE_URL_ENV
-from benchmark_runner.embedded import open_runner_service
 from benchmark_runner.schemas import EvalResult, EvalStatus, GenerationResult
 
 
@@ -115,8 +115,12 @@ class KernelBenchRLTask(vf.Task[KernelBenchData, vf.State, vf.TaskConfig]):
     async def finalize(self, trace: vf.Trace, runtime: vf.Runtime) -> None:
         data = self.data
         generation = generation_of(trace, data)
-        async with open_runner_service(KernelBenchRunner, data.service_url, data.run_group) as client:
-            runner = KernelBenchRunner(service=client, options=data.options.model_dump())
+        async with open_runner(
+            KernelBenchRunner,
+            service_url=data.service_url,
+            run_id=data.run_group,
+            options=data.options.model_dump(),
+        ) as runner:
             best = generation.metadata.get("best_result")
             if not data.reevaluate and isinstance(best, dict) and generation.payload is not None:
                 verdict = response_to_eval_data(best, data.problem, generation)

@@ -19,7 +19,8 @@ from benchmark_runner.batching import BatchingClient
 from benchmark_runner.client import ServiceClient
 from benchmark_runner.llm import LLMConfig
 from benchmark_runner.schemas import EvalResult, GenerationResult, ScoreResult, Task
-from kernel_service.backendbench.catalog import UnknownOpError, index_provenance, suite_ops
+from kernel_service.backendbench.catalog import UnknownOpError, index_provenance
+from kernel_service.backendbench.listing import suite_ops
 from kernel_service.backendbench.schemas import (
     BackendBenchEvalRequest,
     BackendBenchEvalResponse,
@@ -108,6 +109,7 @@ class BackendBenchRunner(BenchmarkRunner):
     GENERATION_VERSION_ENV: ClassVar[str] = "BACKENDBENCH_GENERATION_VERSION"
     TASK_MODEL: ClassVar[type[Task]] = BackendBenchTask
     OFFLINE_MODELS: ClassVar[dict[str, OfflineModel]] = {"reference": reference_model, "aten": aten_model}
+    DEFAULT_DATASET_FILE: ClassVar[Path | None] = BUNDLED_DATASET
 
     def __init__(self, service: ServiceClient | None = None, dataset_name: str | None = None) -> None:
         wrapped = cast(ServiceClient, VerdictClient(service)) if service is not None else None

@@ -210,6 +210,7 @@ class KernelBenchRunner(BenchmarkRunner):
         "torch-compile": torch_compile_model,
     }
     DATASET_SOURCES: ClassVar[tuple[str, ...]] = ("hub",)  # --dataset-file hub[:NAME]: the public dataset
+    DEFAULT_DATASET_FILE: ClassVar[Path | None] = DEFAULT_DATASET_FILE  # the bundled sample
 
     def __init__(
         self, service: Any = None, dataset_name: str | None = None, options: dict[str, Any] | None = None

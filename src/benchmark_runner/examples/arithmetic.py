@@ -108,6 +108,7 @@ class ArithmeticRunner(BenchmarkRunner):
     TASK_MODEL = ArithmeticTask
     GENERATION_VERSION_ENV = "ARITHMETIC_GENERATION_VERSION"
     OFFLINE_MODELS: ClassVar[dict[str, OfflineModel]] = {"oracle": _oracle, "wrong": _wrong, "echo": _echo}
+    DEFAULT_DATASET_FILE: ClassVar[Path | None] = DATA_FILE
 
     _chat: ChatClient | None = None
 

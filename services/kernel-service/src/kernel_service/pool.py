@@ -27,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,35 @@ logger = logging.getLogger(__name__)
 
 
 SANDBOX_CHOICES = ("auto", "bwrap", "unshare", "none")
+
+
+def detect_gpus() -> list[int]:
+    """GPU indices visible to this process (``torch.cuda.device_count`` does not create a context)."""
+    try:
+        import torch
+
+        return list(range(torch.cuda.device_count()))
+    except Exception:  # noqa: BLE001 - no torch / broken driver: no GPUs
+        return []
+
+
+def worker_gpu(index: int, env: Mapping[str, str] = os.environ) -> str:
+    """The ``CUDA_VISIBLE_DEVICES`` a worker gets for this process's GPU ``index``.
+
+    A worker's own variable replaces the service's, so an index of the service's (GPU 0 of a service
+    started with ``CUDA_VISIBLE_DEVICES=2,3``) must become the entry it stands for (``2``): a bare index
+    would put the worker on another GPU than the one the service counted, perhaps beside another worker.
+    """
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return str(index)
+    names = [v.strip() for v in visible.split(",") if v.strip()]
+    if not 0 <= index < len(names):
+        raise ValueError(
+            f"gpus: GPU {index} is not visible to the service (CUDA_VISIBLE_DEVICES={visible!r} names "
+            f"{len(names)}; use indices 0..{len(names) - 1})"
+        )
+    return names[index]
 
 
 def resolve_launcher(choice: str) -> tuple[Launcher, tuple[str, ...]]:

@@ -31,7 +31,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Literal, TypeVar, overload
@@ -49,7 +49,7 @@ from .datasets import ProblemStore
 from .executor import JobRunner
 from .metrics import TaskOutcome, kernelbench_metrics
 from .mps import MpsDaemon
-from .pool import KILL_GRACE_S, Reply, WorkerConfig, WorkerPool
+from .pool import KILL_GRACE_S, Reply, WorkerConfig, WorkerPool, detect_gpus, worker_gpu
 from .result_cache import ResultCache, result_key
 from .schemas import (
     COMPILED_BACKENDS,
@@ -77,35 +77,6 @@ PHASE_OUTCOME: dict[str, Outcome] = {
 __all__ = ["BUILT_MARKER", "BuildCache", "KernelService", "KernelServiceConfig", "RefTimingCache"]
 #: Bump when the timing method changes: cached reference timings of another method are not comparable.
 TIMING_VERSION = "1"
-
-
-def detect_gpus() -> list[int]:
-    """GPU indices visible to this process (``torch.cuda.device_count`` does not create a context)."""
-    try:
-        import torch
-
-        return list(range(torch.cuda.device_count()))
-    except Exception:  # noqa: BLE001 - no torch / broken driver: no GPUs
-        return []
-
-
-def worker_gpu(index: int, env: Mapping[str, str] = os.environ) -> str:
-    """The ``CUDA_VISIBLE_DEVICES`` a worker gets for this process's GPU ``index``.
-
-    A worker's own variable replaces the service's, so an index of the service's (GPU 0 of a service
-    started with ``CUDA_VISIBLE_DEVICES=2,3``) must become the entry it stands for (``2``): a bare index
-    would put the worker on another GPU than the one the service counted, perhaps beside another worker.
-    """
-    visible = env.get("CUDA_VISIBLE_DEVICES")
-    if visible is None:
-        return str(index)
-    names = [v.strip() for v in visible.split(",") if v.strip()]
-    if not 0 <= index < len(names):
-        raise ValueError(
-            f"gpus: GPU {index} is not visible to the service (CUDA_VISIBLE_DEVICES={visible!r} names "
-            f"{len(names)}; use indices 0..{len(names) - 1})"
-        )
-    return names[index]
 
 
 @dataclass

@@ -1,12 +1,14 @@
 """Which ops each BackendBench suite holds, and the smoke and facto suites' sample specs: data, read
 without importing torch. A runner that talks to a remote service lists a suite and names its ops with
-this alone (a torch import cost a runner process 2.6 s of its 4-6 s start on the H100); the inputs are
+this and ``listing.suite_ops`` alone (a torch import cost a runner process 2.6 s of its 4-6 s start on the H100); the inputs are
 built from it where they are used (``suites``, in the worker).
 
 The opinfo suite is the index ``data/opinfo_ops.json``, built for one torch by
 ``opinfo.build_opinfo_index`` (which lists only overloads with a reference kernel in that torch). Under
 the torch it was built with, every overload it lists is checkable; under another, each is checked against
-this torch (``opinfo.checkable_here``, which imports it).
+this torch (``opinfo.checkable_here``, which imports it). That check and the torchbench trace are
+needed to list a suite's ops, so ``suite_ops`` lives in ``listing``: this module is data, below every
+other module of the package, and imports none of them.
 """
 
 from __future__ import annotations
@@ -137,27 +139,3 @@ def index_provenance() -> str:
             "`python -m kernel_service.backendbench.opinfo build --device cuda` rebuilds the index for it"
         )
     return text
-
-
-def opinfo_ops() -> list[str]:
-    """The opinfo suite's overloads that can be checked here."""
-    if built_for_this_torch():
-        return list(opinfo_index())
-    from .opinfo import checkable_here  # imports torch
-
-    return [op for op in opinfo_index() if checkable_here(op)]
-
-
-def suite_ops(suite: str, trace_file: str | None = None) -> list[str]:
-    """The ops a suite holds, in a stable order (what ``list_tasks`` serves)."""
-    if suite == "smoke":
-        return list(SMOKE_OPS)
-    if suite == "facto":
-        return list(FACTO_OPS)
-    if suite == "torchbench":
-        from .traces import trace_ops  # imports torch
-
-        return trace_ops(Path(trace_file) if trace_file else None)
-    if suite == "opinfo":
-        return opinfo_ops()
-    raise UnknownOpError(f"unknown suite {suite!r}; expected smoke, opinfo, torchbench or facto")

@@ -23,7 +23,7 @@ from benchmark_runner.schemas import EvalResultData
 from benchmark_runner.service import BenchmarkService
 
 from ..executor import JobRunner
-from ..pool import KILL_GRACE_S, WorkerConfig, WorkerPool
+from ..pool import KILL_GRACE_S, WorkerConfig, WorkerPool, detect_gpus
 from .schemas import SUITES, BackendBenchEvalRequest, BackendBenchEvalResponse
 from .suites import UnknownOpError, suite_ops
 
@@ -155,8 +155,6 @@ class BackendBenchService(BenchmarkService):
             self._tmp = tempfile.TemporaryDirectory(prefix="backendbench-service-")
             env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
             config = WorkerConfig(role="eval", root=Path(self._tmp.name), sandbox=self.sandbox, env=env)
-            from ..service import detect_gpus
-
             gpus = detect_gpus() if self.gpus is None else self.gpus
             devices: list[str | None] = [str(g) for g in gpus] if gpus else [None] * self.workers
             self.pool = WorkerPool(config, devices)

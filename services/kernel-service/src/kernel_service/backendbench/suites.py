@@ -35,9 +35,9 @@ from .catalog import (
     SampleSpec,
     UnknownOpError,
     opinfo_index,
-    suite_ops,
     t,
 )
+from .listing import suite_ops
 from .opinfo import build_opinfo_index, checkable_here, opinfo_cases
 from .tensors import build_arg, dtype_of
 from .traces import (
