@@ -4,7 +4,7 @@
 #
 #   bash bench/gpu_checks.sh [STEP ...]     steps: tests adversarial fidelity backendbench level1 runner_start
 #                                            multigpu adversarial_gpu1 level1_one (two or more GPUs: see below)
-#                                            precision level1_bf16 compile_bf16 (issue 31: fp16/bf16 and profiles)
+#                                            precision level1_bf16 compile_bf16 profile (issue 31: fp16/bf16 and profiles)
 #
 # With no STEP: tests adversarial fidelity backendbench level1. Each step's command and what it measures are
 # in BENCHMARKS.md (the BackendBench step includes the timing self-check, each smoke op against itself).
@@ -62,8 +62,12 @@ for s in "${steps[@]}"; do
       --dataset-file .gpudata/problems.jsonl --level 1 --output-dir /tmp/kbbf --run-id l1bf --budget-s 500 \
       --out "$OUT/level1_bf16.json" ;;
     compile_bf16) step compile_bf16 560 python3 bench/kernelbench_gpu.py --model torch-compile --precision bf16 \
-      --dataset-file .gpudata/problems.jsonl --level 1 --output-dir /tmp/kbcbf --run-id l1cbf --budget-s 500 \
+      --dataset-file .gpudata/problems.jsonl --level 1 --output-dir /tmp/kbcbf --run-id l1cbf --budget-s 500 ${COMPILE_ARGS:-} \
       --out "$OUT/compile_bf16.json" ;;
+    profile)  # one CUDA submission's answer with its profile (kernel names, GPU time, ncu or why not)
+      python3 -c "import sys; sys.path.insert(0, 'tests/kernel_service'); import ks_gpu_sources as G
+open('/tmp/ks_ref.py', 'w').write(G.REF_FUSED); open('/tmp/ks_sol.py', 'w').write(G.CUDA_OK)"
+      step profile 240 python3 -m kernel_service.cli eval /tmp/ks_ref.py /tmp/ks_sol.py --backend cuda --profile --json ;;
     precision) step precision 300 python3 -m pytest -m gpu tests/kernel_service/test_gpu_precision.py -q -p no:cacheprovider ;;
     level1_one) step level1_one 560 env CUDA_VISIBLE_DEVICES=0 python3 bench/kernelbench_gpu.py --model reference \
       --dataset-file .gpudata/problems.jsonl --level 1 --output-dir /tmp/kb1 --run-id l1one --budget-s 500 \
