@@ -6,14 +6,13 @@ environment (hardware, torch, CUDA, Python, timing-method version). Only verdict
 are stored (``CACHEABLE``): a timeout, a sandbox error, a worker crash or a "requires a GPU" answer says
 something about the host at that moment, so those always run again.
 
-Identical submissions that arrive while the first is still running wait for it (single flight) instead of
-running twice. Entries live in memory (LRU, ``max_entries``) and, with ``directory``, as one JSON file
+Identical submissions that arrive while the first is still running share it (``service.SharedRun``) instead
+of running twice. Entries live in memory (LRU, ``max_entries``) and, with ``directory``, as one JSON file
 each, so a restarted service keeps them.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hashlib
 import json
@@ -68,7 +67,6 @@ class ResultCache:
         self.max_entries = max_entries
         self._mem: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._lock = threading.Lock()
-        self._inflight: dict[str, asyncio.Future[KernelEvalResponse | None]] = {}
         self.hits = 0
         self.misses = 0
         if directory is not None:
@@ -137,25 +135,3 @@ class ResultCache:
     def __len__(self) -> int:
         with self._lock:
             return len(self._mem)
-
-    # ---- single flight ------------------------------------------------------------------------
-
-    def inflight(self, key: str) -> asyncio.Future[KernelEvalResponse | None] | None:
-        """The running evaluation of ``key``, if any: await it instead of running again.
-
-        It resolves to the verdict when that verdict is cacheable, else to None (run it yourself: a
-        timeout of the first copy says nothing certain about the second).
-        """
-        return self._inflight.get(key)
-
-    def begin(self, key: str) -> asyncio.Future[KernelEvalResponse | None]:
-        fut: asyncio.Future[KernelEvalResponse | None] = asyncio.get_running_loop().create_future()
-        self._inflight[key] = fut
-        return fut
-
-    def end(self, key: str, fut: asyncio.Future[KernelEvalResponse | None], response: Any) -> None:
-        if self._inflight.get(key) is fut:
-            del self._inflight[key]
-        if not fut.done():
-            ok = isinstance(response, KernelEvalResponse) and self.cacheable(response)
-            fut.set_result(response if ok else None)
