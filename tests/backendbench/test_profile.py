@@ -3,9 +3,15 @@ a fresh pair of side processes after the verdict and timing; advisory (it change
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+from backendbench_runner.cli import cli
+from click.testing import CliRunner
 from kernel_service.backendbench.evaluator import evaluate, evaluate_batch
+
+from benchmark_runner.artifacts import RunArtifacts
+from benchmark_runner.testing.fake_llm import FakeLLMServer
 
 FAST = {"perf_trials": 3, "warmup": 1}
 
@@ -87,3 +93,39 @@ def test_an_incorrect_kernel_gets_a_note_and_a_batch_judges_on_after_a_profile()
     assert [v["outcome"] for v in verdicts] == ["correct", "incorrect", "correct"]
     assert verdicts[0]["profile"]["candidate"]["kernels"] and verdicts[2]["profile"] is None
     assert "only a correct kernel" in verdicts[1]["profile"]["note"]
+
+
+def test_runner_feedback_profile_puts_a_profile_table_in_the_next_turn(
+    backendbench_service_url: str, tmp_path: Path
+) -> None:
+    """``backendbench-runner run --feedback profile``: a correct kernel is evaluated with a profile, its
+    table goes into the next turn's prompt, the loop goes on, and the best correct kernel is the answer
+    (evaluated by the run without a profile)."""
+    slow = CORRECT_RELU.replace("return torch.where", "y = x.clone()\n    return torch.where")
+    script = {
+        "task smoke/relu:": [
+            {"content": f"```python\n{slow}```"},
+            {"content": f"```python\n{CORRECT_RELU}```"},
+        ]
+    }
+    runs = tmp_path / "runs"
+    with FakeLLMServer(script) as fake:
+        args = ["run", "--model", "fake/model", "--base-url", fake.url, "--run-id", "p", "--max-turns", "2"]
+        args += ["--ops", "relu", "--feedback", "profile", "--service-url", backendbench_service_url]
+        result = CliRunner().invoke(cli, [*args, "--output-dir", str(runs)])
+        assert result.exit_code == 0, result.output
+    assert len(fake.requests) == 2  # correct at once, and still asked again
+    assert "profile of one untimed call" in fake.requests[0]["messages"][0]["content"]  # the system prompt
+    artifacts = RunArtifacts(runs / "p")
+    gen = artifacts.read_generations()["smoke/relu"]
+    second = gen.turns[1].messages[-1]["content"]
+    assert second == fake.requests[1]["messages"][-1]["content"]
+    assert "Profile of one untimed call on aten.relu.default(T([" in second and "Make it faster" in second
+    assert "yours:" in second and "aten::clone" in second and "the operator (aten):" in second
+    assert "aten::relu" in second and "time_us" in second
+    assert [v["outcome"] for v in gen.metadata["turn_verdicts"]] == ["correct", "correct"]
+    best = gen.metadata["best_turn"]
+    overalls = [v["overall"] for v in gen.metadata["turn_verdicts"]]
+    assert overalls[best] == max(overalls) and gen.payload == [slow, CORRECT_RELU][best]
+    evaluation = artifacts.read_evaluations()["smoke/relu"]
+    assert evaluation.data.outcome == "correct" and evaluation.data.details["profile"] is None
