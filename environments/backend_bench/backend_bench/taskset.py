@@ -53,8 +53,10 @@ class BackendBenchTasksetConfig(vf.TasksetConfig):
     """What the prompt asks for (the service runs any Python module)."""
     max_turns: int = Field(default=5, ge=1, le=100)
     """Turns per rollout; each is evaluated and its verdict fed back (``until_correct``)."""
-    feedback: Literal["until_correct", "none"] = "until_correct"
-    """until_correct: feed failures back until the kernel is correct; none: one answer."""
+    feedback: Literal["until_correct", "none", "profile"] = "until_correct"
+    """until_correct: feed failures back until the kernel is correct; none: one answer; profile: every
+    turn evaluated (a correct kernel optimised further), a correct kernel's feedback with a profile of its
+    call and the op's (advisory), the best correct kernel scored."""
     weights: dict[str, float] = Field(default_factory=dict)
     """Task score = weighted sum of ``correctness``, ``performance``, ``overall`` (empty: overall=1),
     as ``--weights correctness=0.5,overall=0.5``."""
@@ -170,7 +172,7 @@ class BackendBenchTaskset(vf.Taskset[BackendBenchRLTask, BackendBenchTasksetConf
         for problem in tasks:
             if not isinstance(problem, BackendBenchTask) or (cfg.task_ids and problem.id not in cfg.task_ids):
                 continue
-            system, user = initial_messages(problem.op, problem.suite, cfg.backend)
+            system, user = initial_messages(problem.op, problem.suite, cfg.backend, cfg.feedback == "profile")
             fields: dict[str, Any] = {
                 "id": problem.id,
                 "name": problem.op,

@@ -3,7 +3,10 @@
 Turn n's kernel is saved as ``<run dir>/kernels/<op>/turn_<n>.py`` (upstream's ``kernel_dir``, one folder
 per op; ``--kernel-dir`` moves the root). With ``--feedback until_correct`` the loop stops at the first
 correct kernel or after ``--max-turns``; with ``--feedback none`` the model answers once. The last kernel
-is the payload the run evaluates.
+is the payload the run evaluates. With ``--feedback profile`` every one of ``--max-turns`` turns is
+evaluated with ``options.profile`` (a correct kernel is optimised further, its feedback carrying a table
+of its call's kernels and the op's: ``prompts.profile_text``), and the payload is the best correct
+kernel (highest ``overall``; the last kernel when none was correct).
 """
 
 from __future__ import annotations
@@ -80,14 +83,16 @@ async def run_agent(
                 op, suite, task_id, model, config, options, log_dir, evaluate_fn, client, messages
             )
     function = function_name(op)
-    max_turns = config.max_turns if options.feedback == "until_correct" and evaluate_fn else 1
-    messages = list(messages) if messages else initial_messages(op, suite, options.backend)
+    profile = options.feedback == "profile"
+    max_turns = config.max_turns if options.feedback in ("until_correct", "profile") and evaluate_fn else 1
+    messages = list(messages) if messages else initial_messages(op, suite, options.backend, profile)
     turns: list[Turn] = []
     usage = TokenUsage()
     source: str | None = None
     history: list[dict[str, Any]] = []
     started = time.perf_counter()
     error: str | None = None
+    best: tuple[float, int, str] | None = None  # (overall, turn, source) of the best correct kernel
     for n in range(max_turns):
         answer = await chat.chat(messages)
         usage = usage + answer.usage
@@ -124,11 +129,18 @@ async def run_agent(
                 "outcome": verdict.get("outcome"),
                 "correctness": verdict.get("correctness"),
                 "performance": verdict.get("performance"),
+                "overall": verdict.get("overall"),
             }
         )
         if verdict.get("correctness") == 1.0:
-            break
+            overall = float(verdict.get("overall") or 0.0)
+            if best is None or overall > best[0]:
+                best = (overall, n, code)
+            if not profile:
+                break
         messages.append({"role": "user", "content": feedback_message(verdict, function)})
+    if profile and best is not None:
+        source, error = best[2], None
     return GenerationResult(
         task_id=task_id,
         model=model,
@@ -145,5 +157,6 @@ async def run_agent(
             "feedback": options.feedback,
             "backend": options.backend,
             "turn_verdicts": history,
+            **({"best_turn": best[1] if best is not None else None} if profile else {}),
         },
     )

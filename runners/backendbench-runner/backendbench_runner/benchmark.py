@@ -83,6 +83,15 @@ def as_eval_result_data(answer: Any) -> dict[str, Any]:
     return BackendBenchEvalResponse.model_validate(answer).to_eval_result_data().model_dump(mode="json")
 
 
+def request_body(request: BackendBenchEvalRequest) -> dict[str, Any]:
+    """``request`` as JSON, ``options.profile`` left out unless asked for: a request without a profile
+    stays as it was (a service from before the option accepts it, and its cached verdicts still match)."""
+    body = request.model_dump(mode="json")
+    if not body["options"].get("profile"):
+        body["options"].pop("profile", None)
+    return body
+
+
 class VerdictClient:
     """The service client, with ``POST /v1/evaluate`` answers normalised by :func:`as_eval_result_data`,
     and evaluations in flight together sent as one ``POST /v1/evaluate-batch`` (:class:`BatchingClient`:
@@ -188,7 +197,9 @@ class BackendBenchRunner(BenchmarkRunner):
 
     # ---- evaluation -----------------------------------------------------------------------------
 
-    def eval_request(self, task: Task, source: str) -> BackendBenchEvalRequest:
+    def eval_request(self, task: Task, source: str, profile: bool = False) -> BackendBenchEvalRequest:
+        """``profile``: ``options.profile`` (the agent's own evaluations with ``--feedback profile``; the
+        run's verdict never asks for one)."""
         assert isinstance(task, BackendBenchTask)
         return BackendBenchEvalRequest(
             dataset=f"backendbench-{task.suite}",
@@ -200,6 +211,7 @@ class BackendBenchRunner(BenchmarkRunner):
                 trace=self._trace_inputs(task),
                 timeout_s=task.timeout,
                 perf_processes=self.run_options.perf_processes,
+                profile=profile,
             ),
         )
 
@@ -213,13 +225,13 @@ class BackendBenchRunner(BenchmarkRunner):
         return read_op_entries(Path(self.run_options.trace_file), task.op)
 
     def build_evaluate_request(self, task: Task, generation: GenerationResult) -> dict[str, Any]:
-        return self.eval_request(task, str(generation.payload)).model_dump(mode="json")
+        return request_body(self.eval_request(task, str(generation.payload)))
 
     async def evaluate_source(self, task: Task, source: str) -> dict[str, Any]:
-        """One mid-generation evaluation (feedback for the next turn): the verdict's details."""
-        body = await self._require_service().post(
-            "/v1/evaluate", self.eval_request(task, source).model_dump(mode="json")
-        )
+        """One mid-generation evaluation (feedback for the next turn): the verdict's details, with a
+        profile of a correct kernel when the feedback is ``profile``."""
+        request = self.eval_request(task, source, profile=self.run_options.feedback == "profile")
+        body = await self._require_service().post("/v1/evaluate", request_body(request))
         data = as_eval_result_data(body)
         details = dict(data.get("details") or {})
         details.setdefault("outcome", data.get("outcome"))

@@ -15,7 +15,7 @@ import click
 from .scoring import DEFAULT_WEIGHTS, parse_weights
 
 SUITES = ("smoke", "opinfo", "torchbench", "facto")
-FEEDBACK_MODES = ("until_correct", "none")
+FEEDBACK_MODES = ("until_correct", "none", "profile")
 #: What the model is asked to write; the service runs any Python module, so this shapes the prompt only.
 BACKENDS = ("triton", "torch", "cpp")
 
@@ -54,7 +54,9 @@ def cli_options() -> list[click.Option]:
             type=click.Choice(FEEDBACK_MODES),
             default="until_correct",
             show_default=True,
-            help="until_correct: evaluate each turn and feed failures back, up to --max-turns; none: one answer",
+            help="until_correct: evaluate each turn and feed failures back, up to --max-turns; none: one answer; "
+            "profile: every turn evaluated for --max-turns (a correct kernel is optimised further), each "
+            "correct kernel's feedback with a profile of its call and the op's; the best kernel is the answer",
         ),
         click.Option(
             ["--weights"],

@@ -38,7 +38,21 @@ def schemas(op: str) -> list[str]:
     return [str(getattr(packet, n)._schema) for n in names]
 
 
-def initial_messages(op: str, suite: str, backend: str = "triton") -> list[dict[str, Any]]:
+#: Largest profile table fed back to the model (``--feedback profile``; ~600 tokens).
+PROFILE_CHARS = 2400
+#: Kernels (CPU: ops) listed at most per side in that table (the op's fewer: it is context).
+PROFILE_ROWS = {"candidate": 10, "reference": 5}
+PROFILE_NAME_CHARS = 90
+
+SYSTEM = "You are an expert GPU kernel engineer writing PyTorch backend operators."
+
+PROFILE_HELP = """Each correct kernel's verdict also carries a profile of one untimed call of your kernel and of the operator itself on one performance input: per GPU kernel (on a CPU, per PyTorch op) its calls and time in microseconds, heaviest first, and the share of the call spent outside kernels (launches, Python, synchronisation: when it is large, launch fewer kernels or cut host work). Where Nsight Compute runs, your heaviest kernel's SM and DRAM throughput (% of peak: high DRAM with low SM means memory-bound; both low means latency- or occupancy-bound), achieved occupancy and registers per thread follow. The profile is advice; only the measured speedup counts. A correct kernel is evaluated again each turn: keep making it faster; your best correct kernel is your answer."""
+
+
+def initial_messages(
+    op: str, suite: str, backend: str = "triton", profile: bool = False
+) -> list[dict[str, Any]]:
+    """``profile`` (``--feedback profile``): the system prompt says how to read the profile."""
     schema_text = "\n".join(f"    {s}" for s in schemas(op)) or "    (see PyTorch's native_functions.yaml)"
     contract = CONTRACT.format(
         function=function_name(op), op=op, base=op.split(".")[0], backend_text=BACKEND_TEXT[backend]
@@ -47,7 +61,7 @@ def initial_messages(op: str, suite: str, backend: str = "triton") -> list[dict[
     return [
         {
             "role": "system",
-            "content": "You are an expert GPU kernel engineer writing PyTorch backend operators.",
+            "content": f"{SYSTEM}\n\n{PROFILE_HELP}" if profile else SYSTEM,
         },
         {"role": "user", "content": user},
     ]
@@ -56,7 +70,83 @@ def initial_messages(op: str, suite: str, backend: str = "triton") -> list[dict[
 def feedback_message(verdict: dict[str, Any], function: str) -> str:
     """The service's verdict for the last kernel: outcome, failing inputs (shapes, dtypes, max error), errors."""
     text = verdict.get("feedback") or verdict.get("outcome", "unknown outcome")
+    table = profile_text(verdict["profile"]) if isinstance(verdict.get("profile"), dict) else None
+    if table:
+        text = f"{text}\n\n{table}"
+    ask = "Make it faster if you can" if verdict.get("correctness") == 1.0 else "Fix it"
     return (
         f"Your kernel was evaluated: {verdict.get('outcome')}.\n{text}\n\n"
-        f"Fix it and answer with the whole module again (one ```python block defining `{function}`)."
+        f"{ask} and answer with the whole module again (one ```python block defining `{function}`)."
     )
+
+
+def profile_text(profile: dict[str, Any], budget: int = PROFILE_CHARS) -> str | None:
+    """A verdict's ``profile`` as a table the model reads (both sides' heaviest kernels with calls and
+    times, the share of each call outside kernels, ncu's metrics), at most ``budget`` characters: rows go
+    from the end of the longest list (the op's first) until it fits. None without a profiled side."""
+    sides = {role: profile.get(role) for role in ("candidate", "reference")}
+    if not any(isinstance(v, dict) and v.get("kernels") for v in sides.values()):
+        return None
+    rows = {
+        role: list(side.get("kernels") or [])[: PROFILE_ROWS[role]] if isinstance(side, dict) else []
+        for role, side in sides.items()
+    }
+    while True:
+        text = _profile_lines(profile, sides, rows)
+        if len(text) <= budget or not any(rows.values()):
+            break
+        longest = max(rows, key=lambda r: (len(rows[r]), r == "reference"))
+        rows[longest].pop()
+    return text if len(text) <= budget else text[: budget - 5] + "\n[...]"
+
+
+def _profile_lines(
+    profile: dict[str, Any], sides: dict[str, Any], rows: dict[str, list[dict[str, Any]]]
+) -> str:
+    cuda = str(profile.get("device", "")).startswith("cuda")
+    what = "kernel" if cuda else "op"
+    on = f" on {profile['input']}" if profile.get("input") else ""
+    lines = [f"Profile of one untimed call{on} ({profile.get('source') or 'torch.profiler'}; advisory):"]
+    for role, title in (("candidate", "yours"), ("reference", "the operator (aten)")):
+        side = sides[role]
+        if not isinstance(side, dict):
+            continue
+        if side.get("error") and not side.get("kernels"):
+            lines.append(f"{title}: not profiled ({side['error']})")
+            continue
+        facts = []
+        if isinstance(side.get("call_us"), int | float):
+            facts.append(f"{side['call_us']:.1f} us a call")
+        count = side.get("kernel_count") or len(side.get("kernels") or [])
+        facts.append(f"{count} {what}s")
+        if isinstance(side.get("outside_share"), int | float):
+            facts.append(f"{side['outside_share']:.0%} of the call outside {what}s")
+        lines.append(f"{title}: " + ", ".join(facts))
+        shown = rows[role]
+        if shown:
+            lines.append(f"  {'time_us':>10}  {'calls':>5}  {what}")
+        for k in shown:
+            name = str(k.get("name", "?"))
+            name = name if len(name) <= PROFILE_NAME_CHARS else name[: PROFILE_NAME_CHARS - 3] + "..."
+            lines.append(f"  {float(k.get('time_us') or 0):>10.1f}  {int(k.get('calls') or 0):>5}  {name}")
+        if len(shown) < count:
+            lines.append(f"  ... {count - len(shown)} more")
+    ncu = profile.get("ncu")
+    if isinstance(ncu, dict) and isinstance(ncu.get("metrics"), dict) and ncu["metrics"]:
+        m = ncu["metrics"]
+        parts = [
+            f"{label} {m[key]:.1f}{unit}"
+            for key, label, unit in (
+                ("sm_throughput_pct", "SM throughput", "% of peak"),
+                ("dram_throughput_pct", "DRAM throughput", "% of peak"),
+                ("achieved_occupancy_pct", "achieved occupancy", "%"),
+                ("registers_per_thread", "registers/thread", ""),
+                ("gpu_time_us", "time", " us"),
+            )
+            if isinstance(m.get(key), int | float)
+        ]
+        kernel = str(ncu.get("kernel") or "")[:PROFILE_NAME_CHARS]
+        lines.append(f"ncu, your heaviest kernel ({kernel}): " + ", ".join(parts))
+    elif cuda and isinstance(ncu, dict) and ncu.get("error"):
+        lines.append(f"ncu: not run ({str(ncu['error'])[:200]})")
+    return "\n".join(lines)

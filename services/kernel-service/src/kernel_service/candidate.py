@@ -123,6 +123,8 @@ class Side:
                 f"{', '.join(defined[:12]) or 'nothing'})",
             }
         self.fn = fn
+        # what an ncu replay rebuilds (``profiling.replay``): the module, and the function to call
+        self.loaded = {"source": msg["source"], "function": msg["function"]}
         return {"ok": True, "file": str(module.__file__)}
 
     def _op(self, name: str) -> Any:
@@ -255,12 +257,14 @@ class Side:
 
     def op_profile(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Warm-up calls, then one call under torch.profiler (``profiling.profile_call``), and with
-        ``ncu``, Nsight Compute's metrics of the heaviest kernel. Advisory: the judge only reports it."""
+        ``ncu``, Nsight Compute's metrics of the heaviest kernel. Advisory: the judge only reports it.
+        ``overload``: the aten op of that name instead of the loaded callable (a BackendBench reference)."""
         from . import profiling
 
         try:
+            fn = self._op(msg["overload"]) if msg.get("overload") else self.fn
             args, kwargs = self._inputs(msg)
-            report = profiling.profile_call(lambda: self.fn(*args, **kwargs), self.device, self._sync)
+            report = profiling.profile_call(lambda: fn(*args, **kwargs), self.device, self._sync)
         except BaseException as exc:  # noqa: BLE001
             return _error("execution_failure", "the profiled call raised", exc)
         if msg.get("ncu"):

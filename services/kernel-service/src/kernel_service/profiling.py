@@ -148,8 +148,8 @@ def ncu_report(
     loaded: dict[str, Any], args: Any, kwargs: Any, device: Any, workdir: Path, timeout_s: float
 ) -> dict[str, Any]:
     """Nsight Compute's metrics of the heaviest kernel of one call, replayed in a child process of this
-    side (same sandbox) that rebuilds the model from ``loaded`` and calls it on copies of ``args``; or
-    ``{"error": why}``."""
+    side (same sandbox) that rebuilds the model from ``loaded`` (a BackendBench side: imports the module
+    and takes its ``function``) and calls it on copies of ``args``; or ``{"error": why}``."""
     if getattr(device, "type", "cpu") != "cuda":
         return {"error": "no CUDA device: ncu measures GPU kernels only"}
     ncu = shutil.which("ncu")
@@ -246,9 +246,9 @@ def _number(value: str | None) -> float | None:
 
 
 def replay(spec_path: str) -> None:
-    """``python -m kernel_service.profiling replay SPEC`` (under ncu): rebuild the model, warm it up, then
-    one call between ``cudaProfilerStart`` and ``Stop`` (what ncu measures, with ``--profile-from-start
-    off``)."""
+    """``python -m kernel_service.profiling replay SPEC`` (under ncu): rebuild the model (or import the
+    BackendBench kernel's function), warm it up, then one call between ``cudaProfilerStart`` and ``Stop``
+    (what ncu measures, with ``--profile-from-start off``)."""
     import torch
 
     from .harness import build_model, load_module, precision_dtype
@@ -256,10 +256,18 @@ def replay(spec_path: str) -> None:
     spec = torch.load(spec_path, weights_only=False)
     device = torch.device(spec["device"])
     torch.cuda.set_device(device)
-    module = load_module(spec["source"], "solution", Path(spec_path).parent)
-    model = build_model(
-        getattr(module, spec["cls"]), spec["init"], spec["seed"], device, precision_dtype(spec["precision"])
-    )
+    model: Any
+    if "function" in spec:  # a BackendBench kernel: the module's function, called as the judge called it
+        model = getattr(load_module(spec["source"], "kernel", Path(spec_path).parent), spec["function"])
+    else:
+        module = load_module(spec["source"], "solution", Path(spec_path).parent)
+        model = build_model(
+            getattr(module, spec["cls"]),
+            spec["init"],
+            spec["seed"],
+            device,
+            precision_dtype(spec["precision"]),
+        )
 
     def on_device(v: Any) -> Any:
         if isinstance(v, torch.Tensor):

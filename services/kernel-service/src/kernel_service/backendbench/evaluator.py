@@ -8,7 +8,9 @@ view must stay a view of the same input, a new tensor must not alias one). The c
 aten ops the kernel dispatched (advisory: a submission can silence its own recorder); calling the op
 itself scores it incorrect. If every input passes, each performance input is timed for the kernel, the
 candidate is killed, and the op is timed by the same method; performance is the geometric mean of the
-speedups, 1 when the kernel failed.
+speedups, 1 when the kernel failed. With ``options.profile``, a correct kernel's answer then carries a
+profile of one untimed call of the kernel and of the op on one performance input, taken in a fresh pair
+of side processes that nothing is timed in (:func:`_profile`; advisory).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any
 
 import torch
 
+from .. import profiling, transport
 from ..harness import HarnessError, fresh_seed, seed_all, usable_build_dir
 from ..judge import Call, Judge, Run, calibrate, foreign, net, reading_count, reading_size, snapshot, unwrap
 from ..schemas import Outcome
@@ -38,7 +41,7 @@ from ..transport import extent, layout_bytes
 from .case_cache import Answer, CaseCache, key_of
 from .compare import compare, tolerance
 from .detect import forbidden_packets, packet_name, tampering
-from .schemas import BackendBenchEvalRequest, BackendBenchEvalResponse, InputResult
+from .schemas import BackendBenchEvalRequest, BackendBenchEvalResponse, BackendBenchProfile, InputResult
 from .suites import Case, DispatchRecorder, UnknownOpError, build_cases, default_dtypes
 from .tensors import SpecError, clone_value, describe_call, dtype_of
 from .timing import timing_method
@@ -690,6 +693,10 @@ def judge_prepared(
             resp = _attempt(sides, prep, False, ahead)
         except HarnessError as err:
             resp = _harness_verdict(prep, err)
+    if prep.req.options.profile and resp.profile is None:
+        resp.profile = _profile_base(
+            prep.device, f"not profiled: the outcome is {resp.outcome} (only a correct kernel is profiled)"
+        )
     resp.duration_s = prep.prep_s + time.perf_counter() - judging
     return resp
 
@@ -725,7 +732,81 @@ def _attempt(sides: Sides, prep: Prepared, shared: bool, ahead: Ahead) -> Backen
             resp.n_correct = sum(r.correct for r in resp.inputs)
         resp.overall = resp.correctness * resp.performance
         resp.feedback = _feedback(resp, checked.cheat(req, prep.forbidden), req.options.feedback_chars)
+    if req.options.profile and resp.outcome == "correct":
+        resp.profile = _profile(sides, prep, checked)
     return resp
+
+
+def _profile_base(device: str, note: str) -> BackendBenchProfile:
+    cuda = device.startswith("cuda")
+    return BackendBenchProfile(
+        device=device, source=profiling.CUDA_SOURCE if cuda else profiling.CPU_SOURCE, note=note
+    )
+
+
+def _profiled_case(checked: Checked) -> Case:
+    """The input a profile is taken on: the largest performance input (the first of equals), else the
+    largest correctness input."""
+    cases = checked.perf or checked.correctness
+    return max(cases, key=lambda c: layout_bytes((c.args, c.kwargs)))
+
+
+def _profile(sides: Sides, prep: Prepared, checked: Checked) -> BackendBenchProfile:
+    """``options.profile``, after the verdict and the timing: one untimed call of the kernel and of the op
+    on one input (:func:`_profiled_case`) under ``torch.profiler`` (``profiling.profile_call``, each side
+    in its own process), on a GPU with ncu's metrics of the kernel's heaviest GPU kernel. Both sides are
+    forked afresh for it and killed after, so no process that is profiled is timed (the next op of a batch
+    starts its own). Advisory and never fatal: whatever fails is said in the profile, the verdict stands."""
+    run, req = sides.run, prep.req
+    cuda = run.device.type == "cuda"
+    case = _profiled_case(checked)
+    out = _profile_base(prep.device, profiling.NOTE)
+    out.input = _trim(f"{case.overload_name}{describe_call(case.args, case.kwargs)}", 300)
+    values = (list(case.args), dict(case.kwargs))
+    found: dict[str, Any] = {}
+    run.phase = "profile"
+    try:
+        sides.start("candidate", "reference")
+        failed = _load(sides, req, prep.base)
+        if failed is not None:  # it loaded for the verdict: a kernel that fails to load again says why
+            found["candidate"] = {"error": f"not profiled: {_trim(failed.feedback, 400)}"}
+        for role in ("candidate", "reference"):
+            if role in found:
+                continue
+            try:
+                arena = run.arena(role, "in", layout_bytes(values))
+                packed, write = transport.pack(values, arena)
+                write()
+                left = run.deadline - time.monotonic()
+                msg: dict[str, Any] = {
+                    "op": "profile", "args": packed[0], "kwargs": packed[1], "ncu": cuda and role == "candidate",
+                    "ncu_timeout_s": max(min(profiling.NCU_TIMEOUT_S, left - 10.0), 1.0),
+                }  # fmt: skip
+                if role == "reference":
+                    msg["overload"] = str(case.overload)
+                reply = run.ask(role, msg)
+                if not reply.get("ok"):
+                    found[role] = {
+                        "error": _trim(str(reply.get("message") or "the profiled call failed"), 500)
+                    }
+                    continue
+                found[role] = profiling.side_profile(reply.get("profile"))
+                if role == "candidate" and isinstance(reply.get("profile"), dict):
+                    found["ncu"] = profiling.ncu_report_of(reply["profile"].get("ncu"))
+            except HarnessError as err:
+                found[role] = {"error": _trim(f"not profiled: {err.message}", 500)}
+    except HarnessError as err:  # the fresh pair did not start
+        for role in ("candidate", "reference"):
+            found.setdefault(role, {"error": _trim(f"not profiled: {err.message}", 500)})
+    except Exception as exc:  # a judge-side failure (an arena, the transport): the verdict stands
+        for role in ("candidate", "reference"):
+            found.setdefault(role, {"error": f"not profiled: {type(exc).__name__}: {_trim(str(exc), 300)}"})
+    finally:
+        run.kill("candidate")
+        run.kill("reference")
+    if not cuda:
+        found["ncu"] = {"error": "no CUDA device: ncu measures GPU kernels only"}
+    return BackendBenchProfile.model_validate({**out.model_dump(), **found})
 
 
 def evaluate_request(req: BackendBenchEvalRequest, judge: Judge | None = None) -> BackendBenchEvalResponse:

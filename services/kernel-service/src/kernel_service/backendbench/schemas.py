@@ -13,6 +13,7 @@ from pydantic import Field, field_validator, model_validator
 from benchmark_runner.schemas import EvalResultData, EvalStatus, StrictModel
 
 from ..bounds import BoundedModel
+from ..profile_schemas import EvalProfile
 
 SUITES = ("smoke", "opinfo", "torchbench", "facto")
 Suite = Literal["smoke", "opinfo", "torchbench", "facto"]
@@ -87,6 +88,12 @@ class BackendBenchOptions(BoundedModel):
     feedback_chars: int = Field(
         default=4000, gt=200, le=100_000, description="feedback text is trimmed to this length"
     )
+    profile: bool = Field(
+        default=False,
+        description="a correct kernel's answer carries a profile of one untimed call of the kernel and of "
+        "the op on one performance input, taken in side processes after the verdict and timing "
+        "(advisory: it changes no verdict, score or time)",
+    )
 
     @field_validator("dtypes")
     @classmethod
@@ -146,6 +153,15 @@ class InputResult(StrictModel):
     speedup: float | None = None
 
 
+class BackendBenchProfile(EvalProfile):
+    """``options.profile``: KernelBench's :class:`EvalProfile` (the candidate is the kernel, the reference
+    the aten op), with the input it was taken on."""
+
+    input: str | None = Field(
+        default=None, description="the input profiled: its overload and upstream's T([2, 3], f32) notation"
+    )
+
+
 class BackendBenchEvalResponse(StrictModel):
     """Per-op verdict: correctness in {0,1}, performance = geomean speedup (1 when failed), overall = product."""
 
@@ -171,6 +187,10 @@ class BackendBenchEvalResponse(StrictModel):
     tolerances: dict[str, list[float]] = Field(default_factory=dict, description="dtype -> [atol, rtol]")
     torch_version: str = ""
     duration_s: float = 0.0
+    profile: BackendBenchProfile | None = Field(
+        default=None,
+        description="options.profile: one untimed call of each side on one performance input (advisory)",
+    )
 
     @property
     def status(self) -> EvalStatus:
