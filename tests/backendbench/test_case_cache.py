@@ -12,7 +12,7 @@ from kernel_service.backendbench.evaluator import Prepared, case_cache, evaluate
 from kernel_service.backendbench.references import reference_source
 from kernel_service.backendbench.schemas import BackendBenchEvalRequest
 from kernel_service.harness import probe_environment
-from kernel_service.judge import Judge
+from kernel_service.judging import Judge
 from kernel_service.sandbox import HardenPolicy
 
 #: Writes its input, then answers with relu of the zeroed tensor: wrong, and the input is changed.

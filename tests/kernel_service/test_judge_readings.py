@@ -11,7 +11,7 @@ import pytest
 import torch
 from kernel_service import timing, transport
 from kernel_service.harness import HarnessError, probe_environment
-from kernel_service.judge import Judge, Run, unwrap
+from kernel_service.judging import Judge, Run, unwrap
 from kernel_service.sandbox import HardenPolicy
 from kernel_service.schemas import Outcome
 from kernel_service.timing import CpuTimer, calls_per_reading
@@ -126,7 +126,7 @@ def test_a_reading_drawn_into_the_arena_gives_the_outputs_of_the_values_drawn(ru
 
 
 def test_a_far_faster_candidate_gets_more_calls_a_reading_within_its_caps() -> None:
-    from kernel_service.judge import MIN_READINGS, candidate_reading_size
+    from kernel_service.judging import MIN_READINGS, candidate_reading_size
 
     assert candidate_reading_size(2, 1.4, 256, 100) == 2  # as fast as the reference: its count
     assert candidate_reading_size(2, 5.0, 256, 100) == 2  # slower: never fewer calls
@@ -158,7 +158,7 @@ def test_a_sides_readings_end_once_their_median_is_precise() -> None:
     steady ones, is handled as it should be."""
     import random
 
-    from kernel_service.judge import PRECISE_MIN_READINGS, precise
+    from kernel_service.judging import PRECISE_MIN_READINGS, precise
 
     rng = random.Random(7)
     steady = [10.0 + rng.gauss(0, 0.02) for _ in range(PRECISE_MIN_READINGS)]  # 0.2% spread

@@ -14,7 +14,7 @@ import pytest
 import torch
 from kernel_service import profiling
 from kernel_service.harness import build_model, cast_inputs, precision_dtype
-from kernel_service.judge import Run
+from kernel_service.judging import Run
 from kernel_service.result_cache import result_key
 from kernel_service.schemas import EvalOptions, KernelEvalResponse, Outcome
 from ks_sources import FAST

@@ -1,4 +1,5 @@
-"""The judge: evaluates one KernelBench submission without ever running its code.
+"""KernelBench's judge: evaluates one submission without ever running its code (the judge's state,
+:class:`~kernel_service.judging.Judge` and :class:`~kernel_service.judging.Run`, is ``judging.py``).
 
 The judge (the eval worker's own process) loads the reference module only for ``get_inputs`` and
 ``get_init_inputs``, draws every seed, makes every input, decides which outputs are checked, compares,
@@ -16,20 +17,17 @@ enters the reading; on the CPU, the judge's clock around the request.
 
 from __future__ import annotations
 
-import gc
 import math
 import statistics
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from . import integrity, profiling, transport
+from . import profiling, transport
 from .compare import compare_outputs, default_tolerance, flatten_outputs
 from .harness import (
     Environment,
@@ -45,36 +43,33 @@ from .harness import (
     resolve_device,
     usable_build_dir,
 )
-from .sandbox import HardenPolicy
+from .judging import (
+    PRECISE_MIN_READINGS,
+    Call,
+    Judge,
+    Run,
+    calibrate,
+    candidate_reading_size,
+    foreign,
+    misplaced,
+    net,
+    precise,
+    reading_count,
+    reading_size,
+    snapshot,
+    unwrap,
+)
 from .schemas import PRECISION_TOLERANCE, Outcome, TimingStats, excerpt, reward_for
-from .sides import SideFault, SideProcess, Zygote
 from .timing import (
-    GATE_TRIES,
-    READING_TARGET_MS,
     CpuTimer,
-    GatedSide,
     GpuTimer,
-    HostGate,
     PrepError,
     Timer,
-    calls_per_reading,
 )
 
-#: Timed outputs of more elements are checked at this many random positions (correctness trials compare
-#: whole outputs).
-TIMED_SAMPLE_ELEMENTS = 1 << 20
 #: Stop timing early (keeping what was measured) once this share of the job's timeout is spent.
 TIMING_BUDGET_SHARE = 0.6
 MIN_TIMED_TRIALS = 5
-#: Timed readings at least (up to ``perf_trials``) when each holds several calls.
-MIN_READINGS = 10
-#: Gated calls of the reference side that choose the calls per reading.
-ESTIMATE_CALLS = 3
-#: Timed readings of a side before their precision (``EvalOptions.perf_precision``) may end its timing.
-PRECISE_MIN_READINGS = 20
-#: GPU memory the judge may still hold after a job before its worker is replaced: one problem's
-#: inputs take gigabytes, and what the judge keeps the next job's two sides cannot allocate.
-JUDGE_LEAK_BYTES = 64 << 20
 INTERLEAVED_METHOD = (
     "judge's time.perf_counter from writing the inputs to the side's answer (after it copied its outputs "
     "into the judge's shared memory); candidate and reference calls interleaved on the same inputs (each "
@@ -84,480 +79,6 @@ INTERLEAVED_METHOD = (
 
 class Incorrect(Exception):
     """An ``incorrect`` verdict found inside a phase."""
-
-
-class Judge:
-    """One per eval worker: the zygote that forks sides, and the GPU timer's calibration."""
-
-    def __init__(
-        self, env: Environment, policy: HardenPolicy, tmp: Path, zygote: Zygote | None = None
-    ) -> None:
-        self.env = env
-        self.tmp = tmp
-        # One CPU thread for the judge's own tensor work: spinning OpenMP workers of the judge would
-        # compete with the side being timed on the same cores.
-        torch.set_num_threads(1)
-        self.policy = policy
-        self._zygote: Zygote | None = zygote
-        #: Set when the zygote had to be replaced: a new one carries this process's restrictions into its
-        #: forks, so the worker should be replaced after this job.
-        self.recycle: str | None = None
-        self._gpu_timer: GpuTimer | None = None
-        #: What a benchmark keeps between this judge's jobs, by name (BackendBench's prepared inputs);
-        #: a value's ``device_nbytes`` is GPU memory of the judge's own, not a job's leak.
-        self.memo: dict[str, Any] = {}
-
-    @property
-    def zygote(self) -> Zygote:
-        if self._zygote is not None and self._zygote.proc.poll() is not None:
-            self.recycle = "the zygote died and was restarted"
-            self._zygote = None
-        if self._zygote is None:
-            self._zygote = Zygote(self.tmp / "zygote-log.txt")
-        if not self._zygote.forks_can_use_cuda:  # an import touched CUDA: fork from a bare one
-            self._zygote.close()
-            self._zygote = Zygote(self.tmp / "zygote-log.txt", preimport=False)
-            self.recycle = "the zygote restarted without preimports"
-        return self._zygote
-
-    def keep_pids(self) -> set[int]:
-        """Processes of the judge's own that the leftover-process sweep must spare."""
-        return {self._zygote.pid} if self._zygote is not None else set()
-
-    def own_threads(self) -> frozenset[int]:
-        """Threads of the judge's own that the leftover-thread check must spare (the gate's watchdog)."""
-        gate = self._gpu_timer.gate if self._gpu_timer is not None else None
-        return frozenset({gate.watchdog.ident or 0}) if isinstance(gate, HostGate) else frozenset()
-
-    def resident_bytes(self) -> int:
-        """GPU memory the judge keeps between jobs (the timer's L2-flush buffer, what ``memo`` holds)."""
-        kept = sum(int(getattr(v, "device_nbytes", 0)) for v in self.memo.values())
-        return kept + (self._gpu_timer.flush.nbytes if self._gpu_timer is not None else 0)
-
-    def gpu_timer(self, device: torch.device) -> GpuTimer:
-        if self._gpu_timer is None:
-            self._gpu_timer = GpuTimer(device)
-        return self._gpu_timer
-
-    @property
-    def kernel_cache(self) -> Path:
-        """PyTorch's NVRTC kernel cache for this judge's sides (ops such as ``mul`` on complex values or
-        ``digamma`` are compiled at first use, 0.3-11 s an op on the H100, in every new process): written
-        only by the reference side, which runs trusted code, and read-only to the candidate, whose cubins
-        would otherwise be loaded by the next reference."""
-        path = self.tmp / "nvrtc-cache"
-        path.mkdir(parents=True, exist_ok=True)
-        return path
-
-    def side_request(self, tmp: Path, build_dir: str, role: str) -> dict[str, Any]:
-        p = self.policy
-        cache = str(self.kernel_cache)
-        return {
-            "tmp": str(tmp),
-            "writable": [str(w) for w in p.writable[1:]]
-            + [build_dir]
-            + ([cache] if role == "reference" else []),
-            "readable": [str(r) for r in p.readable] + ([cache] if role != "reference" else []),
-            "kernel_cache": cache,
-            "fsize": p.fsize_bytes,
-            "nproc": p.nproc,
-            "address_space": p.address_space,
-            "landlock": p.landlock,
-        }
-
-    def close(self) -> None:
-        if self._zygote is not None:
-            self._zygote.close()
-
-
-class Run:
-    """The state of one evaluation: its two sides, their arenas, what was opened of theirs."""
-
-    def __init__(self, judge: Judge, workdir: Path, device: torch.device, timeout_s: float) -> None:
-        self.judge, self.workdir, self.device, self.timeout_s = judge, workdir, device, timeout_s
-        self.deadline = time.monotonic() + timeout_s
-        self.sides: dict[str, SideProcess] = {}
-        self.arenas: dict[tuple[str, str], transport.Arena] = {}
-        self.opened: dict[str, transport.Opened] = {}
-        self.phase = "startup"
-        self.candidate_output: str | None = None
-        self.recycle: str | None = None
-        #: The precision both sides run at: a reference that fails at fp16/bf16 is named for it.
-        self.precision = "fp32"
-        #: What forking a side again needs (``_profile``): the build dir and each role's setup and load.
-        self.spawn: dict[str, Any] = {}
-
-    def fork(self, role: str, build_dir: str) -> SideProcess:
-        tmp = self.workdir / role
-        side = SideProcess(
-            self.judge.zygote, role, self.judge.side_request(tmp, build_dir, role), self.deadline
-        )
-        self.sides[role] = side
-        self.opened[role] = transport.Opened()
-        return side
-
-    def refork(self, role: str) -> SideProcess:
-        """A fresh process for ``role`` (the old one killed, its arenas dropped: the new one maps its
-        own), set up and its model loaded as the first was (``spawn``)."""
-        self.kill(role)
-        for key in [k for k in self.arenas if k[0] == role]:
-            self.arenas.pop(key).close()
-        side = self.fork(role, self.spawn["build_dir"])
-        for msg in (self.spawn["setup"], self.spawn["load"][role]):
-            reply = self.ask(role, msg)
-            if not reply.get("ok"):
-                raise self.side_error(role, reply)
-        return side
-
-    def ask(self, role: str, msg: dict[str, Any], fd: int | None = None) -> dict[str, Any]:
-        try:
-            return self.sides[role].request(msg, self.phase, fd)
-        except SideFault as fault:
-            raise self._fault(role, fault) from None
-
-    def ask_each(self, msgs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        """Each side its own message, both at work at once (starting CUDA, importing a model); the
-        replies by role. A fault raises as :meth:`ask` would, for the first side (in ``msgs``' order)."""
-        for role, msg in msgs.items():
-            try:
-                self.sides[role].send(msg, self.phase)
-            except SideFault as fault:
-                raise self._fault(role, fault) from None
-        replies = {}
-        for role in msgs:
-            try:
-                replies[role] = self.sides[role].receive(self.phase)
-            except SideFault as fault:
-                raise self._fault(role, fault) from None
-        return replies
-
-    def _fault(self, role: str, fault: SideFault) -> HarnessError:
-        if fault.kind == "timeout":
-            return HarnessError(
-                Outcome.TIMEOUT,
-                f"evaluation exceeded timeout_s={self.timeout_s:g} (during {self.phase}); {role} process killed",
-            )
-        if role == "reference":
-            return HarnessError(Outcome.UNKNOWN_ERROR, f"the reference process failed: {fault.message}")
-        return HarnessError(Outcome.EXECUTION_FAILURE, fault.message)
-
-    def arena(self, role: str, which: str, nbytes: int) -> transport.Arena:
-        """The side's ``which`` ("in" | "out") arena, (re)made and shared when it is smaller than ``nbytes``."""
-        key = (role, which)
-        old = self.arenas.get(key)
-        if old is not None and old.nbytes >= nbytes:
-            return old
-        arena = transport.Arena(max(nbytes, 2 * old.nbytes if old else 0), self.device)
-        msg = {"op": "arena", "which": which, "nbytes": arena.nbytes, "kind": arena.kind}
-        if arena.handle is not None:
-            msg["handle"] = arena.handle.hex()
-        reply = self.ask(role, msg, arena.fd)
-        if not reply.get("ok"):  # the side still maps the old arena: it must not be written for it
-            arena.close()
-            raise self.side_error(role, reply)
-        self.arenas[key] = arena
-        if old is not None:
-            old.close()
-        return arena
-
-    def call(
-        self,
-        role: str,
-        args: list[Any],
-        timer: Timer | None = None,
-        kwargs: dict[str, Any] | None = None,
-        extra: dict[str, Any] | None = None,
-    ) -> Call:
-        """One call of ``role``'s callable on copies of ``args``/``kwargs`` (written to its arena now).
-
-        Timed candidate outputs come back already copied by the judge (sampled when large), inside the
-        timer, right after the call's end is recorded; other outputs are views, to read before the side's
-        next call.
-        """
-        return self._request(role, (list(args), dict(kwargs or {})), False, timer, extra)
-
-    def calls(
-        self,
-        role: str,
-        sets: list[tuple[list[Any], dict[str, Any]]],
-        timer: Timer,
-        extra: dict[str, Any] | None = None,
-    ) -> Call:
-        """One timed reading of ``len(sets)`` calls, one per ``(args, kwargs)`` set, run back to back by
-        the side between one go and one done: ``ms`` is their total and ``out`` the list of their outputs.
-        Every set has values of its own, and every output is the judge's to check."""
-        return self._request(role, [(list(a), dict(k)) for a, k in sets], True, timer, extra)
-
-    def tried(
-        self, role: str, sets: list[tuple[list[Any], dict[str, Any]]], extra: dict[str, Any] | None = None
-    ) -> Call:
-        """Untimed, one call per ``(args, kwargs)`` set in one request: ``out`` holds, per set, ``(True,
-        output)`` or ``(False, None)`` where the call raised (``extra``: ``overloads``, one aten overload
-        name per set, for the reference side; ``record``)."""
-        return self._request(
-            role, [(list(a), dict(k)) for a, k in sets], True, None, {**(extra or {}), "tried": True}
-        )
-
-    def drawn(
-        self,
-        role: str,
-        draw: Callable[[], list[tuple[list[Any], dict[str, Any]]]],
-        count: int,
-        nbytes: int,
-        timer: Timer,
-    ) -> Call:
-        """As :meth:`calls`, the ``count`` sets made by ``draw`` inside the timer, after its start, straight
-        into the side's arena (``transport.DrawInto``; ``nbytes``: what they take there) instead of
-        being made before and copied in (a KernelBench problem's 6 GiB input took 4 ms to copy, as long
-        as its kernel)."""
-        return self._request(role, [None] * count, True, timer, None, (draw, nbytes))
-
-    def _request(
-        self,
-        role: str,
-        values: Any,
-        many: bool,
-        timer: Timer | None,
-        extra: dict[str, Any] | None,
-        drawing: tuple[Callable[[], Any], int] | None = None,
-    ) -> Call:
-
-        def read(reply: dict[str, Any]) -> Callable[[], Any]:
-            out = self.decode(role, reply)
-            if self.device.type != "cuda":  # the CPU timer's span ends with this copy: the same for both
-                return lambda: snapshot(out)
-            if role == "candidate":  # sampled (cloning multi-GB outputs costs more than the kernels)
-                return lambda: snapshot(out, TIMED_SAMPLE_ELEMENTS)
-            return lambda: unwrap(out)
-
-        tries = 0
-        while True:
-            arena = self.arena(role, "in", drawing[1] if drawing else transport.layout_bytes(values))
-            msg: dict[str, Any] = {"op": "call", **(extra or {})}
-            if not drawing:
-                packed, write = transport.pack(values, arena)
-                msg.update({"calls": packed} if many else {"args": packed[0], "kwargs": packed[1]})
-            else:
-                write = partial(self.draw, drawing[0], arena, msg)
-            msg["gated"] = timer is not None and self.device.type == "cuda"
-            if timer is None:
-                write()
-                ms, reply = None, self.ask(role, msg)
-                if reply.get("ok"):
-                    call = Call(None, self.decode(role, reply), reply, packed, arena)
-                    return self._answered(role, values, many, call)
-            else:
-                tries += 1
-                try:
-                    ms, reply = timer.time_call(
-                        partial(self.ask, role, msg),
-                        read,
-                        write,
-                        tries >= GATE_TRIES,
-                        len(values) if many else 1,
-                    )
-                except TimeoutError as exc:
-                    self.recycle = f"a timed call of the {role} never finished on the GPU"
-                    raise self._fault(role, SideFault("timeout", str(exc))) from exc
-                if reply.get("ok"):
-                    if ms is None:
-                        continue  # the gate expired before the side answered: measure again
-                    packed = msg["calls"] if drawing else packed
-                    return self._answered(role, values, many, Call(ms, reply["read"], reply, packed, arena))
-            if isinstance(reply.get("need"), int) and 0 < reply["need"] < 1 << 40:
-                self.arena(role, "out", reply["need"])
-                continue
-            raise self.side_error(role, reply)
-
-    def draw(
-        self, draw: Callable[[], Any], arena: transport.Arena, msg: dict[str, Any], blocking: bool = True
-    ) -> None:
-        """The ``write`` of a drawn reading: the sets made into ``arena``, what is not in place copied
-        there, and ``msg`` given their descriptors."""
-        with transport.DrawInto(arena):
-            values = draw()
-        if transport.layout_bytes(values) > arena.nbytes:
-            raise HarnessError(
-                Outcome.UNKNOWN_ERROR, "the reference's get_inputs made larger inputs for a new seed"
-            )
-        msg["calls"], write = transport.pack(values, arena)
-        write(blocking)
-
-    def _answered(self, role: str, values: Any, many: bool, call: Call) -> Call:
-        """``call``, once a reading of several calls has exactly one output per call (a side describes its
-        own answer: one that names a single tensor, or too few, is refused, never zipped short)."""
-        if many and not (isinstance(call.out, (list, tuple)) and len(call.out) == len(values)):
-            got = f"{len(call.out)} outputs" if isinstance(call.out, (list, tuple)) else "a single value"
-            why = f"a reading of {len(values)} calls was answered with {got}"
-            if role == "reference":
-                raise HarnessError(Outcome.UNKNOWN_ERROR, f"reference outputs: {why}")
-            raise HarnessError(Outcome.EXECUTION_FAILURE, f"the candidate's outputs were refused: {why}")
-        return call
-
-    def decode(self, role: str, reply: dict[str, Any]) -> Any:
-        try:
-            return transport.decode(
-                reply.get("out"), self.arenas[(role, "in")], self.arenas.get((role, "out")), self.opened[role]
-            )
-        except (transport.TransportError, RuntimeError) as exc:
-            raise (
-                HarnessError(Outcome.UNKNOWN_ERROR, f"reference outputs: {exc}")
-                if role == "reference"
-                else HarnessError(Outcome.EXECUTION_FAILURE, f"the candidate's outputs were refused: {exc}")
-            ) from exc
-
-    def side_error(self, role: str, reply: dict[str, Any]) -> HarnessError:
-        message = str(reply.get("message", "failed"))[:1500]
-        if role == "reference":
-            if self.precision != "fp32":  # the problem's own code does not run at this precision
-                return HarnessError(
-                    Outcome.UNSUPPORTED_PRECISION,
-                    f"the reference does not run at precision {self.precision}: {message}",
-                    tb=_text(reply, "traceback"),
-                )
-            return HarnessError(
-                Outcome.UNKNOWN_ERROR, f"the reference failed: {message}", tb=_text(reply, "traceback")
-            )
-        try:
-            outcome = Outcome(str(reply.get("outcome")))
-        except ValueError:
-            outcome = Outcome.EXECUTION_FAILURE
-        if outcome in (
-            Outcome.CORRECT,
-            Outcome.COMPILED,
-            Outcome.REQUIRES_GPU,
-            Outcome.UNSUPPORTED_PRECISION,
-        ):
-            outcome = Outcome.EXECUTION_FAILURE  # a side never decides a favourable verdict
-        err = HarnessError(
-            outcome, message, tb=_text(reply, "traceback"), compile_log=_text(reply, "compile_log")
-        )
-        err.reply = reply
-        return err
-
-    def release(self) -> None:
-        """Give the judge's cached free GPU memory back to the driver: blocks its caching allocator keeps
-        are memory neither side can allocate (a problem's inputs may take gigabytes)."""
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
-
-    @contextmanager
-    def frozen(self, role: str) -> Iterator[None]:
-        """``role``'s side and every process it started, stopped for the duration (see the zygote)."""
-        side = self.sides[role]
-        side.zygote.freeze(side.pid)
-        try:
-            yield
-        finally:
-            side.zygote.thaw(side.pid)
-
-    def end_candidate(self) -> None:
-        """Wait for the candidate's queued work (an asynchronous fault of its last calls is its own),
-        then kill it: nothing of the submission runs after its timing."""
-        reply = self.ask("candidate", {"op": "sync"})
-        if not reply.get("ok"):
-            raise self.side_error("candidate", reply)
-        self.kill("candidate")
-
-    def kill(self, role: str) -> None:
-        side = self.sides.get(role)
-        if side is None:
-            return
-        self.opened[role].close()
-        side.kill()
-        if role == "candidate":
-            self.candidate_output = side.tail.text()
-
-    def close(self) -> None:
-        for role in list(self.sides):
-            self.kill(role)
-            self.sides[role].tail.text(wait=1.0)
-        for arena in self.arenas.values():
-            arena.close()
-        self.arenas.clear()
-        if self.device.type == "cuda":  # the judge's cached blocks would starve the next job's sides
-            torch.cuda.empty_cache()
-            kept = torch.cuda.memory_allocated(self.device) - self.judge.resident_bytes()
-            if kept > JUDGE_LEAK_BYTES:  # e.g. tensors a caught exception's frames still hold
-                gc.collect()
-                torch.cuda.empty_cache()
-                kept = torch.cuda.memory_allocated(self.device) - self.judge.resident_bytes()
-                if kept > JUDGE_LEAK_BYTES:
-                    self.recycle = f"the judge still held {kept >> 20} MiB of GPU memory after the job"
-        if self.sides:  # daemons a side left behind were reparented to the zygote: they go now
-            try:
-                self.judge.zygote.sweep()
-            except (OSError, ValueError):
-                pass
-
-
-@dataclass
-class Call:
-    """What one call gave: milliseconds when timed, outputs, the side's reply, the inputs as packed."""
-
-    ms: float | None
-    out: Any
-    reply: dict[str, Any]
-    packed: Any
-    arena: transport.Arena
-
-    def inputs_after(self) -> Any:
-        """The judge's views of this call's inputs as the side left them (in-place and out= results)."""
-        return transport.unpack(self.packed, self.arena.bytes)
-
-    def inputs_kept(self) -> Any:
-        """:meth:`inputs_after` copied now, in one copy of the arena's bytes they use (a side may write
-        its arena again later; one copy, not one clone per tensor: a group of 64 inputs made hundreds of
-        small GPU copies), each view keeping its strides and its offset in the copy."""
-        region = self.arena.bytes[: transport.span(self.packed)].clone()
-        return transport.unpack(self.packed, region)
-
-
-def _text(reply: dict[str, Any], key: str) -> str | None:
-    v = reply.get(key)
-    return str(v)[:4000] if v else None
-
-
-def snapshot(out: Any, sample_above: int | None = None) -> Any:
-    """The judge's own copy of decoded outputs (tensors cloned, or sampled above ``sample_above``)."""
-    if isinstance(out, transport.OutputTensor):
-        return integrity.snapshot_outputs(out.tensor, sample_above)
-    if isinstance(out, (list, tuple)):
-        return type(out)(snapshot(x, sample_above) for x in out)
-    return out
-
-
-def unwrap(out: Any) -> Any:
-    """Decoded outputs as plain tensors (views: read them before the side's next call)."""
-    if isinstance(out, transport.OutputTensor):
-        return out.tensor
-    if isinstance(out, (list, tuple)):
-        return type(out)(unwrap(x) for x in out)
-    return out
-
-
-def foreign(out: Any) -> str | None:
-    for i, v in enumerate(flatten_outputs(out)):
-        if isinstance(v, transport.Foreign):
-            return f"output {i} is a {v.what}: return plain torch.Tensor values"
-    return None
-
-
-def misplaced(call: Call, device: torch.device) -> str | None:
-    """A CUDA job's output the side returned from host memory (it crossed through the output arena, so
-    the judge's view of it is on the GPU): refused, as comparing it with the reference's fails upstream."""
-    if device.type != "cuda":
-        return None
-    stack, i = [call.reply.get("out")], 0
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict) and isinstance(node.get("items"), list):
-            stack.extend(reversed(node["items"]))
-        elif isinstance(node, dict) and node.get("k") == "tensor":
-            if node.get("loc") == "out":
-                return f"output {i} is on the CPU, the reference's on {device}: return tensors on the inputs' device"
-            i += 1
-    return None
 
 
 def evaluate(
@@ -986,63 +507,6 @@ def _time(
     }
 
 
-def precise(raw: list[float], null_ms: float, rel: float) -> bool:
-    """Whether the median of ``raw`` (readings, each holding the path's cost ``null_ms``) is known to
-    within ``rel`` of the time it measures: its standard error, taken from the readings' median absolute
-    deviation (robust to the odd slow reading), against the median less the path's cost; never before
-    ``PRECISE_MIN_READINGS`` readings. A side cannot gain by it: every reading it ran is counted, and
-    one that varies only gets more readings."""
-    k = len(raw)
-    if rel <= 0 or k < PRECISE_MIN_READINGS:
-        return False
-    med = statistics.median(raw)
-    spread = 1.4826 * statistics.median(abs(x - med) for x in raw)  # a standard deviation, robustly
-    return math.sqrt(math.pi / 2) * spread / math.sqrt(k) <= rel * max(med - null_ms, 1e-9)
-
-
-def candidate_reading_size(n: int, call_ms: float, cap: int, perf_trials: int) -> int:
-    """Calls a timed reading of the candidate: the reference's count ``n``, or more where the candidate's
-    calls (``call_ms`` each, from its warm-up) are so much faster that ``n`` of them would be mostly the
-    path's cost, whose level moves ~8 us between side processes (a 60 us kernel at the 2 calls of its
-    1.4 ms reference read 5-7% off an independent timer on the H100). Up to ``READING_TARGET_MS`` of
-    work, within ``cap`` (bytes, values a reply names) and ``2 * perf_trials / MIN_READINGS`` calls (the
-    reference replays every seed the candidate ran: that many calls of it at most twice ``perf_trials``).
-    Chosen by the candidate's own speed, it gains nothing by it: a slower warm-up only keeps ``n``."""
-    want = cap if call_ms <= 0 else math.ceil(READING_TARGET_MS / call_ms)
-    return max(n, min(want, cap, 2 * perf_trials // MIN_READINGS))
-
-
-def reading_count(perf_trials: int, calls: int) -> int:
-    """Timed readings of ``calls`` calls each: ``perf_trials`` calls in all, and at least
-    ``MIN_READINGS`` readings (up to ``perf_trials``) so that a median of readings stays one."""
-    return max(math.ceil(perf_trials / calls), min(MIN_READINGS, perf_trials))
-
-
-def reading_size(
-    run: Run,
-    base: GpuTimer,
-    timers: dict[str, Timer],
-    sets: list[tuple[list[Any], dict[str, Any]]],
-    extra: dict[str, Any] | None = None,
-) -> tuple[int, int]:
-    """Calls per timed reading of the reference, from a few gated calls of the trusted reference side (the
-    candidate stopped meanwhile) less a first estimate of the path's cost, and the most calls a reading
-    may hold (bytes, values a reply names). The candidate's count is this one or, where its calls are far
-    faster, more: :func:`candidate_reading_size`. ``extra``: the reference side's request fields."""
-    with run.frozen("candidate"):
-        null_ms = calibrate(run, base, timers["reference"], sets)
-        ms = []
-        for _ in range(ESTIMATE_CALLS):
-            call = run.calls("reference", sets, timers["reference"], extra)
-            assert call.ms is not None
-            ms.append(call.ms)
-    outs = flatten_outputs(call.out)
-    nbytes = transport.layout_bytes(sets) + 2 * sum(t.nbytes for t in outs if isinstance(t, torch.Tensor))
-    leaves = transport.tensor_count(sets) + len(outs)
-    cap = calls_per_reading(0.0, nbytes, leaves, transport.MAX_NODES)
-    return calls_per_reading(min(ms) - null_ms, nbytes, leaves, transport.MAX_NODES), cap
-
-
 def _time_interleaved(
     run: Run, job: Job, get_inputs: Callable[[int], list[Any]], atol: float, rtol: float, started: float
 ) -> dict[str, Any]:
@@ -1103,40 +567,6 @@ def _time_interleaved(
         "method": INTERLEAVED_METHOD,
         "mismatch": mismatch,
     }
-
-
-def net(raw: list[float], null_ms: float, calls: int = 1) -> list[float]:
-    """Per call: readings of ``calls`` calls each, less the path's own cost (never below a nanosecond:
-    a ratio must stay defined)."""
-    return [max(ms - null_ms, 1e-6) / calls for ms in raw]
-
-
-def calibrate(
-    run: Run,
-    base: GpuTimer | CpuTimer,
-    timer: Timer,
-    sets: list[tuple[list[Any], dict[str, Any]]],
-    draw: Callable[[], list[tuple[list[Any], dict[str, Any]]]] | None = None,
-    role: str = "reference",
-) -> float:
-    """The path's own cost per reading, from null calls of the reference side with a reading's inputs
-    (``sets``) written, as for a real reading (their preparation time is the baseline); ``draw``: drawn
-    into the arena again for each null call, as readings made by :meth:`Run.drawn` are. With ``role``
-    "candidate": the same through the candidate's process, for probes only (:meth:`GpuTimer.side_null`:
-    a side may slow its own null calls, so a verdict never uses it)."""
-    if isinstance(base, CpuTimer):
-        return 0.0
-    values = [(list(a), dict(k)) for a, k in sets]
-    arena = run.arena(role, "in", transport.layout_bytes(values))
-    msg = {"op": "call", "null": True, "gated": True}
-    packed, write = transport.pack(values, arena)
-    msg["calls"] = packed
-    if draw is not None:
-        write = partial(run.draw, draw, arena, msg)
-    assert isinstance(timer, GatedSide)
-    if role != "reference":
-        return base.side_null(timer, partial(run.ask, role, msg), write)
-    return base.calibrate_null(timer, partial(run.ask, role, msg), write)
 
 
 def _mismatch(ref: Any, snap: Any, atol: float, rtol: float) -> str | None:

@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch  # the expensive import, paid once per worker
 
     from . import harness, integrity
-    from .judge import Judge
+    from .judging import Judge
 
     preimport()
     env = harness.probe_environment()

@@ -34,7 +34,7 @@ import torch
 
 from .. import profiling, transport
 from ..harness import HarnessError, fresh_seed, seed_all, usable_build_dir
-from ..judge import Call, Judge, Run, calibrate, foreign, net, reading_count, reading_size, snapshot, unwrap
+from ..judging import Call, Judge, Run, calibrate, foreign, net, reading_count, reading_size, snapshot, unwrap
 from ..schemas import Outcome
 from ..timing import CpuTimer, GpuTimer, PrepError, Timer
 from ..transport import extent, layout_bytes
