@@ -15,38 +15,33 @@ of side processes that nothing is timed in (:func:`_profile`; advisory).
 
 from __future__ import annotations
 
-import contextlib
 import math
-import statistics
 import tempfile
 import time
 import traceback
-import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from .. import profiling, transport
-from ..harness import HarnessError, fresh_seed, seed_all, usable_build_dir
-from ..judging import Call, Judge, Run, calibrate, foreign, net, reading_count, reading_size, snapshot, unwrap
+from ..harness import HarnessError, seed_all
+from ..judging import Judge, Run, foreign, snapshot, unwrap
 from ..schemas import Outcome
-from ..timing import CpuTimer, GpuTimer, PrepError, Timer
 from ..transport import extent, layout_bytes
 from .case_cache import Answer, CaseCache, key_of
 from .compare import compare, tolerance
 from .detect import forbidden_packets, packet_name, tampering
+from .performance import time_cases
+from .prepared import Prepared, Sides, load_kernel, quiet, tensors_in, trim
 from .schemas import BackendBenchEvalRequest, BackendBenchEvalResponse, BackendBenchProfile, InputResult
 from .suites import Case, DispatchRecorder, UnknownOpError, build_cases, default_dtypes
 from .tensors import SpecError, clone_value, describe_call, dtype_of
 from .timing import timing_method
-
-MAX_ERROR_CHARS = 600
 
 
 def evaluate(request: dict[str, Any], judge: Judge | None = None) -> dict[str, Any]:
@@ -80,34 +75,18 @@ def resolve_device(requested: str) -> str:
     return "cpu"
 
 
-def _trim(text: str, limit: int = MAX_ERROR_CHARS) -> str:
-    text = text.strip()
-    return text if len(text) <= limit else text[: limit - 20] + " ...[trimmed]"
-
-
 def _kernel_traceback(exc: BaseException, kernel_file: str) -> str:
     """The error plus the frames inside the kernel's file: what the author can act on."""
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == kernel_file]
     where = "".join(f" (line {f.lineno}: {(f.line or '').strip()[:80]})" for f in frames[-2:])
-    return _trim(f"{type(exc).__name__}: {exc}{where}")
-
-
-def _tensors(value: Any) -> Iterator[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            yield from _tensors(v)
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _tensors(v)
+    return trim(f"{type(exc).__name__}: {exc}{where}")
 
 
 def _aliases(outputs: Any, inputs: list[torch.Tensor]) -> list[int | None]:
     """For each output tensor, the index of the input whose storage it shares (None: fresh memory)."""
     found: list[int | None] = []
     ptrs = [t.untyped_storage().data_ptr() if t.numel() else -1 for t in inputs]
-    for out in _tensors(outputs):
+    for out in tensors_in(outputs):
         ptr = out.untyped_storage().data_ptr() if out.numel() else -2
         found.append(next((i for i, p in enumerate(ptrs) if p == ptr), None))
     return found
@@ -147,7 +126,7 @@ def judge_case(
         return result
     result.max_abs_error, result.max_rel_error = errors.max_abs, errors.max_rel
     if mismatch is not None:
-        result.error = _trim(mismatch.message)
+        result.error = trim(mismatch.message)
         if mismatch.max_abs_error is not None:
             result.max_abs_error = mismatch.max_abs_error
             result.max_rel_error = mismatch.max_rel_error
@@ -191,8 +170,8 @@ def check_case(
         result.error = _kernel_traceback(exc, kernel_file)
         return result, {packet_name(f) for f, _, _ in rec.calls}
     called = {packet_name(f) for f, _, _ in rec.calls}
-    ref_alias = _aliases(ref, list(_tensors((ref_args, ref_kwargs))))
-    ker_alias = _aliases(out, list(_tensors((ker_args, ker_kwargs))))
+    ref_alias = _aliases(ref, list(tensors_in((ref_args, ref_kwargs))))
+    ker_alias = _aliases(out, list(tensors_in((ker_args, ker_kwargs))))
     return judge_case(
         case, req, ref, (ref_args, ref_kwargs), ref_alias, out, (ker_args, ker_kwargs), ker_alias
     ), called
@@ -281,7 +260,7 @@ def _side_check(sides: Sides, prep: Prepared, case: Case, pos: int) -> tuple[Inp
         if err.outcome != Outcome.EXECUTION_FAILURE or not run.sides["candidate"].alive:
             raise
         result = _result(case, req)
-        result.error = _trim(str(err.reply.get("exc") or err.message))
+        result.error = trim(str(err.reply.get("exc") or err.message))
         return result, {str(c) for c in (err.reply.get("called") or [])[:1000]}
     called = {str(c) for c in (ker_call.reply.get("called") or [])[:1000]}
     out = snapshot(ker_call.out)
@@ -447,43 +426,6 @@ def _feedback(resp: BackendBenchEvalResponse, cheat: str | None, limit: int) -> 
     return "\n".join(out)
 
 
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
-
-
-@dataclass
-class Prepared:
-    """One request made ready to judge: its inputs (built once, on the device), what it may not call."""
-
-    req: BackendBenchEvalRequest
-    device: str
-    base: dict[str, Any]
-    correctness: list[Case]
-    perf: list[Case]
-    forbidden: set[str]
-    started: float
-    #: seconds spent preparing (a batch prepares the next op while this one runs: its own time only)
-    prep_s: float = 0.0
-    #: where the inputs are kept (``cache`` under ``key``), and the op's answers kept with them so far
-    cache: CaseCache | None = None
-    key: tuple[Any, ...] | None = None
-    answers: dict[int, Answer] | None = None
-
-    def keep(self, answers: dict[int, Answer]) -> None:
-        """Keep the op's ``answers`` (by input position; the judge's own copies) with its inputs."""
-        if self.answers is not None and self.cache is not None and self.key is not None:
-            self.answers.update(answers)
-            self.cache.keep_answers(self.key, answers)
-
-    @property
-    def answered(self) -> bool:
-        """Whether the op's answer for every input is kept (no reference process needed to check)."""
-        return self.answers is not None and len(self.answers) == len(self.correctness) + len(self.perf)
-
-
 def case_cache(judge: Judge) -> CaseCache:
     """The judge's prepared inputs, kept between its jobs (``case_cache``)."""
     cache = judge.memo.get("backendbench_cases")
@@ -504,7 +446,7 @@ def prepare_in_batch(
     except Exception as exc:  # noqa: BLE001 - any failure of the judge's own input building
         if "CUDA" in str(exc) or "cuda" in type(exc).__module__:
             raise
-        message = f"the judge could not prepare this op's inputs: {type(exc).__name__}: {_trim(str(exc))}"
+        message = f"the judge could not prepare this op's inputs: {type(exc).__name__}: {trim(str(exc))}"
         return _done(BackendBenchEvalResponse.failure(req, "sandbox_error", message), started)
 
 
@@ -537,7 +479,7 @@ def prepare(
     }
     key = key_of(req, device, dtypes)
     kept = cache.get(key) if cache is not None else None
-    with _quiet():
+    with quiet():
         try:
             correctness, perf = (kept.correctness, kept.perf) if kept else build_cases(
                 req.op, req.suite, device=device, dtypes=dtypes, seed=opts.seed,
@@ -570,69 +512,6 @@ def prepare(
         req, device, base, correctness, perf, forbidden, started, time.perf_counter() - started,
         cache if answers is not None else None, key, answers,
     )  # fmt: skip
-
-
-class Sides:
-    """The side processes of one :class:`Run`: a reference process that serves every op of the run (it
-    runs aten ops only), and a candidate process that is forked afresh per op unless ops share it (a
-    batch). ``loaded`` counts the kernels the current candidate process has imported."""
-
-    def __init__(self, run: Run) -> None:
-        self.run = run
-        self.loaded = 0
-        #: whether the kernel being judged joined a candidate process that held other kernels
-        self.shared = False
-        #: why the reference process was replaced while judging the current op (None: it was not)
-        self.reference_replaced: str | None = None
-        self.build_dir = usable_build_dir(run.workdir / "build", run.workdir)
-
-    def alive(self, role: str) -> bool:
-        side = self.run.sides.get(role)
-        return side is not None and side.alive
-
-    def start(self, *roles: str) -> None:
-        """Fork each of ``roles`` afresh (killing the old one) with arenas of its own; several start at
-        once (each side's set-up, its CUDA context above all, takes ~0.3 s on the H100)."""
-        run = self.run
-        for role in roles:
-            if role in run.sides:
-                run.kill(role)
-                for which in ("in", "out"):  # the new process has mapped none of the old one's arenas
-                    arena = run.arenas.pop((role, which), None)
-                    if arena is not None:
-                        arena.close()
-            run.fork(role, self.build_dir)
-            if role == "candidate":
-                self.loaded = 0
-        run.ask_each(
-            {role: {"op": "setup", "device": str(run.device), "build_dir": self.build_dir} for role in roles}
-        )
-
-    def deadline(self, timeout_s: float) -> None:
-        """``timeout_s`` from now for every reply of either side (each op of a batch has its own)."""
-        run = self.run
-        run.timeout_s = timeout_s
-        run.deadline = time.monotonic() + timeout_s
-        for side in run.sides.values():
-            side.deadline = run.deadline
-
-    def candidate(self, shared: bool, reference: bool = True) -> bool:
-        """Make the candidate process ready for the next kernel; True when it already holds others'.
-        The reference process is started with it when ``reference`` (the op's answers are not all
-        kept) and replaced when it died: a dead one at the end of an op died judging it."""
-        self.shared = shared and self.alive("candidate") and self.loaded > 0
-        roles = ["reference"] if (reference and not self.alive("reference")) or self.reference_died() else []
-        self.start(*roles, *([] if self.shared else ["candidate"]))
-        return self.shared
-
-    def reference(self) -> None:
-        """Start the reference process if it is not running (its answers were kept until now)."""
-        if not self.alive("reference"):
-            self.start("reference")
-
-    def reference_died(self) -> bool:
-        """Whether the reference process was started and is dead."""
-        return "reference" in self.run.sides and not self.alive("reference")
 
 
 def _harness_verdict(prep: Prepared, err: HarnessError) -> BackendBenchEvalResponse:
@@ -705,7 +584,7 @@ def _attempt(sides: Sides, prep: Prepared, shared: bool, ahead: Ahead) -> Backen
     """One go at the verdict (``sides.shared`` says whether the candidate process held other kernels)."""
     run, req = sides.run, prep.req
     ran_shared = sides.candidate(shared, reference=not prep.answered)
-    loaded = _load(sides, req, prep.base)
+    loaded = load_kernel(sides, req, prep.base)
     if loaded is not None:
         return loaded
     ahead.start()
@@ -720,11 +599,11 @@ def _attempt(sides: Sides, prep: Prepared, shared: bool, ahead: Ahead) -> Backen
         sides.reference()
         if ran_shared:  # timed in a process of its own, as when judged alone
             sides.start("candidate")
-            if (again := _load(sides, req, prep.base)) is not None:
+            if (again := load_kernel(sides, req, prep.base)) is not None:
                 return again
         run.phase = "timing"
         n = len(checked.correctness)
-        resp.timing_gate = _time_cases(sides, prep, checked.perf, resp.inputs[n:])  # kills the candidate
+        resp.timing_gate = time_cases(sides, prep, checked.perf, resp.inputs[n:])  # kills the candidate
         speedups = [r.speedup for r in resp.inputs[n:] if r.speedup]
         resp.performance = math.exp(sum(math.log(s) for s in speedups) / len(speedups)) if speedups else 1.0
         if not all(r.correct for r in resp.inputs):  # a timed output differed from the op's
@@ -761,15 +640,15 @@ def _profile(sides: Sides, prep: Prepared, checked: Checked) -> BackendBenchProf
     cuda = run.device.type == "cuda"
     case = _profiled_case(checked)
     out = _profile_base(prep.device, profiling.NOTE)
-    out.input = _trim(f"{case.overload_name}{describe_call(case.args, case.kwargs)}", 300)
+    out.input = trim(f"{case.overload_name}{describe_call(case.args, case.kwargs)}", 300)
     values = (list(case.args), dict(case.kwargs))
     found: dict[str, Any] = {}
     run.phase = "profile"
     try:
         sides.start("candidate", "reference")
-        failed = _load(sides, req, prep.base)
+        failed = load_kernel(sides, req, prep.base)
         if failed is not None:  # it loaded for the verdict: a kernel that fails to load again says why
-            found["candidate"] = {"error": f"not profiled: {_trim(failed.feedback, 400)}"}
+            found["candidate"] = {"error": f"not profiled: {trim(failed.feedback, 400)}"}
         for role in ("candidate", "reference"):
             if role in found:
                 continue
@@ -787,20 +666,20 @@ def _profile(sides: Sides, prep: Prepared, checked: Checked) -> BackendBenchProf
                 reply = run.ask(role, msg)
                 if not reply.get("ok"):
                     found[role] = {
-                        "error": _trim(str(reply.get("message") or "the profiled call failed"), 500)
+                        "error": trim(str(reply.get("message") or "the profiled call failed"), 500)
                     }
                     continue
                 found[role] = profiling.side_profile(reply.get("profile"))
                 if role == "candidate" and isinstance(reply.get("profile"), dict):
                     found["ncu"] = profiling.ncu_report_of(reply["profile"].get("ncu"))
             except HarnessError as err:
-                found[role] = {"error": _trim(f"not profiled: {err.message}", 500)}
+                found[role] = {"error": trim(f"not profiled: {err.message}", 500)}
     except HarnessError as err:  # the fresh pair did not start
         for role in ("candidate", "reference"):
-            found.setdefault(role, {"error": _trim(f"not profiled: {err.message}", 500)})
+            found.setdefault(role, {"error": trim(f"not profiled: {err.message}", 500)})
     except Exception as exc:  # a judge-side failure (an arena, the transport): the verdict stands
         for role in ("candidate", "reference"):
-            found.setdefault(role, {"error": f"not profiled: {type(exc).__name__}: {_trim(str(exc), 300)}"})
+            found.setdefault(role, {"error": f"not profiled: {type(exc).__name__}: {trim(str(exc), 300)}"})
     finally:
         run.kill("candidate")
         run.kill("reference")
@@ -815,7 +694,7 @@ def evaluate_request(req: BackendBenchEvalRequest, judge: Judge | None = None) -
     prep = prepare(req, case_cache(judge))
     if isinstance(prep, BackendBenchEvalResponse):
         return prep
-    with _quiet(), tempfile.TemporaryDirectory(prefix="backendbench-", dir=judge.tmp) as tmp:
+    with quiet(), tempfile.TemporaryDirectory(prefix="backendbench-", dir=judge.tmp) as tmp:
         run = Run(judge, Path(tmp), torch.device(prep.device), req.options.timeout_s)
         try:
             return judge_prepared(Sides(run), prep)
@@ -843,7 +722,7 @@ def evaluate_batch(requests: list[dict[str, Any]], judge: Judge | None = None) -
         except RuntimeError as exc:
             verdicts[i] = BackendBenchEvalResponse.failure(req, "requires_gpu", str(exc))
     for device, indices in groups.items():
-        with _quiet(), tempfile.TemporaryDirectory(prefix="backendbench-batch-", dir=judge.tmp) as tmp:
+        with quiet(), tempfile.TemporaryDirectory(prefix="backendbench-batch-", dir=judge.tmp) as tmp:
             run = Run(judge, Path(tmp), torch.device(device), reqs[indices[0]].options.timeout_s)
             sides = Sides(run)
             pending: Future[Prepared | BackendBenchEvalResponse] | None = None
@@ -862,27 +741,6 @@ def evaluate_batch(requests: list[dict[str, Any]], judge: Judge | None = None) -
                 run.close()
     assert all(v is not None for v in verdicts)
     return {"verdicts": [v.model_dump(mode="json") for v in verdicts if v is not None]}
-
-
-def _load(
-    sides: Sides, req: BackendBenchEvalRequest, base: dict[str, Any]
-) -> BackendBenchEvalResponse | None:
-    """Import the kernel in the candidate process; the verdict when that fails."""
-    loaded = sides.run.ask(
-        "candidate", {"op": "load_fn", "source": req.source, "function": req.function_name}
-    )
-    sides.loaded += 1
-    if loaded.get("ok"):
-        return None
-    outcome = (
-        str(loaded.get("outcome"))
-        if loaded.get("outcome") in ("load_error", "missing_function")
-        else "load_error"
-    )
-    message = str(loaded.get("message", ""))[:MAX_ERROR_CHARS]
-    if outcome == "load_error":
-        message = f"the source failed to import: {_trim(str(loaded.get('traceback') or message)[-MAX_ERROR_CHARS:])}"
-    return BackendBenchEvalResponse(**base, outcome=outcome, correctness=0.0, feedback=message)
 
 
 @dataclass
@@ -981,7 +839,7 @@ def _check_reference(sides: Sides, prep: Prepared, checked: Checked) -> None:
     n = checked.rejected + len(checked.results)
     sides.reference_replaced = (
         f"the reference process rejected {checked.rejected} of {n} inputs of {prep.req.op} and then failed "
-        f"a known-good call ({_trim(why, 300)}); it was replaced"
+        f"a known-good call ({trim(why, 300)}); it was replaced"
     )
     raise HarnessError(Outcome.UNKNOWN_ERROR, sides.reference_replaced)
 
@@ -1016,185 +874,3 @@ def _verdict(prep: Prepared, checked: Checked) -> BackendBenchEvalResponse:
     )
     resp.feedback = _feedback(resp, cheat, req.options.feedback_chars)
     return resp
-
-
-def _rebuild_perf(prep: Prepared, seed: int) -> list[Case]:
-    """The request's performance inputs made again from ``seed``: same shapes, dtypes and layouts, new
-    values (each timed call gets its own, so a kernel cannot answer a repeated input from a cache)."""
-    req, opts = prep.req, prep.req.options
-    seed_all(seed)
-    with _quiet():
-        _, perf = build_cases(
-            req.op, req.suite, device=prep.device, dtypes=opts.dtypes or default_dtypes(prep.device),
-            seed=seed, max_inputs=opts.max_inputs, trace_file=opts.trace_file, trace=opts.trace, perf_only=True,
-        )  # fmt: skip
-    if [tuple(_shapes(c)) for c in perf] != [tuple(_shapes(c)) for c in prep.perf]:
-        raise HarnessError(
-            Outcome.UNKNOWN_ERROR, f"the performance inputs of {req.op} changed shape with the seed"
-        )
-    return perf
-
-
-def _shapes(case: Case) -> Iterator[tuple[Any, ...]]:
-    for t in _tensors((case.args, case.kwargs)):
-        yield (tuple(t.shape), tuple(t.stride()), t.dtype)
-
-
-#: On a GPU, an op's performance inputs are timed in this many fresh pairs of side processes, each pair
-#: taking its share of the readings (the candidate's process killed before the reference's is timed).
-#: One process reads the same op steadily up to ~2.5% off another (BENCHMARKS.md, "How the figures got here": sd
-#: 0.9-1.7% between processes timed at the same moments, 0.1-0.3% within one over time; the smoke
-#: self-check's timing report, ``pair_sd_*_pct``: 0.4-2.1%): the mean over several processes is what makes
-#: an op read within +-2% of itself.
-PERF_PROCESSES = 5
-#: Readings of each input a pair takes at least (its share of ``perf_trials`` may be fewer): one process's
-#: readings spread only 0.1-0.4%, so a few a process do, and each costs a fresh set of inputs per call.
-PAIR_MIN_READINGS = 3
-
-
-@dataclass
-class Block:
-    """The readings one pair of side processes took: per input, net times a call (ms), and the first
-    timed output that differed from the op's."""
-
-    kernel: list[list[float]]
-    ref: list[list[float]]
-    bad: dict[int, str]
-    gate: dict[str, float] | None
-
-
-def _time_cases(
-    sides: Sides, prep: Prepared, cases: list[Case], results: list[InputResult]
-) -> dict[str, float] | None:
-    """Every performance input timed for the kernel, whose process is then killed, then for the op: no
-    code of the submission runs while the op is timed. This is done by ``options.perf_processes`` fresh
-    pairs of processes in turn (``PERF_PROCESSES`` on a GPU), each taking its share of the readings; a call's time is the mean of the
-    pairs' medians. Each timed call gets fresh values (a seed from ``os.urandom`` per call, the same for both
-    sides) and every timed output is checked against the op's output for the same values. A reading of
-    an input holds as many calls as its size allows (``judge.reading_size``, from the op's speed), the
-    same for both sides. Returns the GPU gate's report (None on the CPU)."""
-    run, opts = sides.run, prep.req.options
-    pairs = opts.perf_processes or (PERF_PROCESSES if run.device.type == "cuda" else 1)
-    sizes: list[int] | None = None
-    blocks: list[Block] = []
-    for p in range(pairs):
-        if p:  # a fresh pair: the kernel imported anew, the op in a new reference process
-            sides.start("reference", "candidate")
-            if (failed := _load(sides, prep.req, prep.base)) is not None:
-                raise HarnessError(Outcome.EXECUTION_FAILURE, failed.feedback)
-        block, sizes = _time_block(run, prep, cases, sizes, pairs)
-        blocks.append(block)
-    bad = {j: why for b in reversed(blocks) for j, why in b.bad.items()}
-    for j, result in enumerate(results):
-        # each pair's median, averaged over the pairs: a pooled median of readings from processes that sit
-        # at different levels jumps between them (H100, 24 smoke self-checks at 5 pairs: 0.975-1.039 so,
-        # 0.981-1.015 as the mean of the pairs' medians; readings of one process spread 0.1-0.4%, one
-        # process's median 0.4-2.1% from another's)
-        kernel_ms = result.kernel_ms = statistics.fmean(statistics.median(b.kernel[j]) for b in blocks)
-        ref_ms = result.ref_ms = statistics.fmean(statistics.median(b.ref[j]) for b in blocks)
-        if j in bad:
-            result.correct = False
-            result.error = _trim("a timed call's output differs from the op's: " + bad[j])
-            continue
-        result.speedup = ref_ms / max(kernel_ms, 1e-9)
-    gate = blocks[-1].gate
-    if gate is None:
-        return None
-    readings = sum(len(b.kernel[0]) for b in blocks) if cases else 0
-    return {**gate, "readings": float(readings), "process_pairs": float(pairs), **_spread(blocks)}
-
-
-def _spread(blocks: list[Block]) -> dict[str, float]:
-    """How the first input's time varies (percent of its median): between the pairs' processes (the
-    standard deviation of each pair's median, per side) and between one process's readings (a robust
-    standard deviation, the median over the pairs and sides)."""
-    if not blocks or not blocks[0].kernel:
-        return {}
-    out: dict[str, float] = {}
-    within: list[float] = []
-    for side in ("kernel", "ref"):
-        runs = [getattr(b, side)[0] for b in blocks]
-        medians = [statistics.median(r) for r in runs]
-        mid = statistics.median(medians)
-        if len(medians) > 1:
-            out[f"pair_sd_{side}_pct"] = round(100 * statistics.stdev(medians) / mid, 3)
-        for r, m in zip(runs, medians, strict=True):
-            within.append(100 * 1.4826 * statistics.median(abs(x - m) for x in r) / m)
-    out["reading_sd_pct"] = round(statistics.median(within), 3)
-    return out
-
-
-def _time_block(
-    run: Run, prep: Prepared, cases: list[Case], sizes: list[int] | None, share: int
-) -> tuple[Block, list[int]]:
-    """One pair's readings: ``1/share`` of each input's, the candidate's first (its process then killed),
-    then the op's. ``sizes``: the calls a reading of each input holds (None: chosen now, from the op)."""
-    opts = prep.req.options
-    base: GpuTimer | CpuTimer = run.judge.gpu_timer(run.device) if run.device.type == "cuda" else CpuTimer()
-    if isinstance(base, GpuTimer):  # each pair from the initial gate, as each KernelBench job
-        base.start_job()
-    timers: dict[str, Timer] = {
-        role: base.bind(role, partial(run.ask, role)) for role in ("candidate", "reference")
-    }
-    where = [next(k for k, p in enumerate(prep.perf) if p is c) for c in cases]
-    op = [{"overload": str(case.overload)} for case in cases]
-    if sizes is None:
-        sizes = [1] * len(cases)
-        if isinstance(base, GpuTimer):
-            sizes = [
-                reading_size(run, base, timers, [(list(c.args), c.kwargs)], op[j])[0]
-                for j, c in enumerate(cases)
-            ]
-    # each input its perf_trials calls, shared among the pairs (at least PAIR_MIN_READINGS readings each)
-    counts = [
-        max(math.ceil(reading_count(opts.perf_trials, size) / share), PAIR_MIN_READINGS) for size in sizes
-    ]
-    seeds = [[fresh_seed() for _ in range(max(sizes))] for _ in range(max(counts))]
-
-    def warm_up(role: str) -> None:
-        for j, case in enumerate(cases):
-            for _ in range(math.ceil(opts.warmup / sizes[j])):
-                run.calls(role, [(list(case.args), case.kwargs)] * sizes[j], timers[role],
-                          op[j] if role == "reference" else None)  # fmt: skip
-
-    def timed(role: str, i: int) -> Iterator[tuple[int, Call]]:
-        """Reading ``i`` of each input: its calls on values of their own, fresh from their seeds."""
-        live = [j for j in range(len(cases)) if i < counts[j]]
-        fresh = [_rebuild_perf(prep, seed) for seed in seeds[i][: max(sizes[j] for j in live)]]
-        for j in live:
-            k = where[j]
-            sets = [(list(f[k].args), f[k].kwargs) for f in fresh[: sizes[j]]]
-            yield j, run.calls(role, sets, timers[role], op[j] if role == "reference" else None)
-
-    kernel_raw: list[list[float]] = [[] for _ in cases]
-    outs: list[list[list[Any]]] = [[] for _ in cases]
-    warm_up("candidate")
-    for i in range(len(seeds)):
-        for j, call in timed("candidate", i):
-            assert call.ms is not None
-            kernel_raw[j].append(call.ms)
-            outs[j].append(call.out)
-    run.end_candidate()
-    null_ms = calibrate(run, base, timers["reference"], [(list(cases[0].args), cases[0].kwargs)])
-    ref_raw: list[list[float]] = [[] for _ in cases]
-    bad: dict[int, str] = {}
-    warm_up("reference")
-    for i in range(len(seeds)):
-        for j, call in timed("reference", i):
-            assert call.ms is not None
-            ref_raw[j].append(call.ms)
-            for m, (ref_out, ker_out) in enumerate(zip(call.out, outs[j][i], strict=True)):
-                if j not in bad:
-                    mismatch, _ = compare(ref_out, ker_out, atol=opts.atol, rtol=opts.rtol)
-                    if mismatch is not None:
-                        bad[j] = f"timed call {i * sizes[j] + m + 1}: {mismatch.message}"
-    kernel = [net(kernel_raw[j], null_ms, sizes[j]) for j in range(len(cases))]
-    ref = [net(ref_raw[j], null_ms, sizes[j]) for j in range(len(cases))]
-    try:
-        base.check("reference")
-    except PrepError as exc:
-        raise HarnessError(Outcome.EXECUTION_FAILURE, str(exc)) from exc
-    gate = None
-    if isinstance(base, GpuTimer):
-        gate = {**base.report(), "calls_per_reading": float(max(sizes))}
-    return Block(kernel, ref, bad, gate), sizes

@@ -1,0 +1,207 @@
+"""BackendBench's performance timing: each performance input timed for the kernel in fresh pairs of
+side processes (the kernel's process killed before the op is timed in its pair's reference process), every
+timed output checked, and an input's time the mean of the pairs' medians (:func:`time_cases`).
+
+Split from ``evaluator.py``, which checks correctness and gives the verdict; it calls :func:`time_cases`
+once a kernel is correct on every input.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from ..harness import HarnessError, fresh_seed, seed_all
+from ..judging import Call, Run, calibrate, net, reading_count, reading_size
+from ..schemas import Outcome
+from ..timing import CpuTimer, GpuTimer, PrepError, Timer
+from .compare import compare
+from .prepared import Prepared, Sides, load_kernel, quiet, tensors_in, trim
+from .schemas import InputResult
+from .suites import Case, build_cases, default_dtypes
+
+
+def _rebuild_perf(prep: Prepared, seed: int) -> list[Case]:
+    """The request's performance inputs made again from ``seed``: same shapes, dtypes and layouts, new
+    values (each timed call gets its own, so a kernel cannot answer a repeated input from a cache)."""
+    req, opts = prep.req, prep.req.options
+    seed_all(seed)
+    with quiet():
+        _, perf = build_cases(
+            req.op, req.suite, device=prep.device, dtypes=opts.dtypes or default_dtypes(prep.device),
+            seed=seed, max_inputs=opts.max_inputs, trace_file=opts.trace_file, trace=opts.trace, perf_only=True,
+        )  # fmt: skip
+    if [tuple(_shapes(c)) for c in perf] != [tuple(_shapes(c)) for c in prep.perf]:
+        raise HarnessError(
+            Outcome.UNKNOWN_ERROR, f"the performance inputs of {req.op} changed shape with the seed"
+        )
+    return perf
+
+
+def _shapes(case: Case) -> Iterator[tuple[Any, ...]]:
+    for t in tensors_in((case.args, case.kwargs)):
+        yield (tuple(t.shape), tuple(t.stride()), t.dtype)
+
+
+#: On a GPU, an op's performance inputs are timed in this many fresh pairs of side processes, each pair
+#: taking its share of the readings (the candidate's process killed before the reference's is timed).
+#: One process reads the same op steadily up to ~2.5% off another (BENCHMARKS.md, "How the figures got here": sd
+#: 0.9-1.7% between processes timed at the same moments, 0.1-0.3% within one over time; the smoke
+#: self-check's timing report, ``pair_sd_*_pct``: 0.4-2.1%): the mean over several processes is what makes
+#: an op read within +-2% of itself.
+PERF_PROCESSES = 5
+#: Readings of each input a pair takes at least (its share of ``perf_trials`` may be fewer): one process's
+#: readings spread only 0.1-0.4%, so a few a process do, and each costs a fresh set of inputs per call.
+PAIR_MIN_READINGS = 3
+
+
+@dataclass
+class Block:
+    """The readings one pair of side processes took: per input, net times a call (ms), and the first
+    timed output that differed from the op's."""
+
+    kernel: list[list[float]]
+    ref: list[list[float]]
+    bad: dict[int, str]
+    gate: dict[str, float] | None
+
+
+def time_cases(
+    sides: Sides, prep: Prepared, cases: list[Case], results: list[InputResult]
+) -> dict[str, float] | None:
+    """Every performance input timed for the kernel, whose process is then killed, then for the op: no
+    code of the submission runs while the op is timed. This is done by ``options.perf_processes`` fresh
+    pairs of processes in turn (``PERF_PROCESSES`` on a GPU), each taking its share of the readings; a call's time is the mean of the
+    pairs' medians. Each timed call gets fresh values (a seed from ``os.urandom`` per call, the same for both
+    sides) and every timed output is checked against the op's output for the same values. A reading of
+    an input holds as many calls as its size allows (``judge.reading_size``, from the op's speed), the
+    same for both sides. Returns the GPU gate's report (None on the CPU)."""
+    run, opts = sides.run, prep.req.options
+    pairs = opts.perf_processes or (PERF_PROCESSES if run.device.type == "cuda" else 1)
+    sizes: list[int] | None = None
+    blocks: list[Block] = []
+    for p in range(pairs):
+        if p:  # a fresh pair: the kernel imported anew, the op in a new reference process
+            sides.start("reference", "candidate")
+            if (failed := load_kernel(sides, prep.req, prep.base)) is not None:
+                raise HarnessError(Outcome.EXECUTION_FAILURE, failed.feedback)
+        block, sizes = _time_block(run, prep, cases, sizes, pairs)
+        blocks.append(block)
+    bad = {j: why for b in reversed(blocks) for j, why in b.bad.items()}
+    for j, result in enumerate(results):
+        # each pair's median, averaged over the pairs: a pooled median of readings from processes that sit
+        # at different levels jumps between them (H100, 24 smoke self-checks at 5 pairs: 0.975-1.039 so,
+        # 0.981-1.015 as the mean of the pairs' medians; readings of one process spread 0.1-0.4%, one
+        # process's median 0.4-2.1% from another's)
+        kernel_ms = result.kernel_ms = statistics.fmean(statistics.median(b.kernel[j]) for b in blocks)
+        ref_ms = result.ref_ms = statistics.fmean(statistics.median(b.ref[j]) for b in blocks)
+        if j in bad:
+            result.correct = False
+            result.error = trim("a timed call's output differs from the op's: " + bad[j])
+            continue
+        result.speedup = ref_ms / max(kernel_ms, 1e-9)
+    gate = blocks[-1].gate
+    if gate is None:
+        return None
+    readings = sum(len(b.kernel[0]) for b in blocks) if cases else 0
+    return {**gate, "readings": float(readings), "process_pairs": float(pairs), **_spread(blocks)}
+
+
+def _spread(blocks: list[Block]) -> dict[str, float]:
+    """How the first input's time varies (percent of its median): between the pairs' processes (the
+    standard deviation of each pair's median, per side) and between one process's readings (a robust
+    standard deviation, the median over the pairs and sides)."""
+    if not blocks or not blocks[0].kernel:
+        return {}
+    out: dict[str, float] = {}
+    within: list[float] = []
+    for side in ("kernel", "ref"):
+        runs = [getattr(b, side)[0] for b in blocks]
+        medians = [statistics.median(r) for r in runs]
+        mid = statistics.median(medians)
+        if len(medians) > 1:
+            out[f"pair_sd_{side}_pct"] = round(100 * statistics.stdev(medians) / mid, 3)
+        for r, m in zip(runs, medians, strict=True):
+            within.append(100 * 1.4826 * statistics.median(abs(x - m) for x in r) / m)
+    out["reading_sd_pct"] = round(statistics.median(within), 3)
+    return out
+
+
+def _time_block(
+    run: Run, prep: Prepared, cases: list[Case], sizes: list[int] | None, share: int
+) -> tuple[Block, list[int]]:
+    """One pair's readings: ``1/share`` of each input's, the candidate's first (its process then killed),
+    then the op's. ``sizes``: the calls a reading of each input holds (None: chosen now, from the op)."""
+    opts = prep.req.options
+    base: GpuTimer | CpuTimer = run.judge.gpu_timer(run.device) if run.device.type == "cuda" else CpuTimer()
+    if isinstance(base, GpuTimer):  # each pair from the initial gate, as each KernelBench job
+        base.start_job()
+    timers: dict[str, Timer] = {
+        role: base.bind(role, partial(run.ask, role)) for role in ("candidate", "reference")
+    }
+    where = [next(k for k, p in enumerate(prep.perf) if p is c) for c in cases]
+    op = [{"overload": str(case.overload)} for case in cases]
+    if sizes is None:
+        sizes = [1] * len(cases)
+        if isinstance(base, GpuTimer):
+            sizes = [
+                reading_size(run, base, timers, [(list(c.args), c.kwargs)], op[j])[0]
+                for j, c in enumerate(cases)
+            ]
+    # each input its perf_trials calls, shared among the pairs (at least PAIR_MIN_READINGS readings each)
+    counts = [
+        max(math.ceil(reading_count(opts.perf_trials, size) / share), PAIR_MIN_READINGS) for size in sizes
+    ]
+    seeds = [[fresh_seed() for _ in range(max(sizes))] for _ in range(max(counts))]
+
+    def warm_up(role: str) -> None:
+        for j, case in enumerate(cases):
+            for _ in range(math.ceil(opts.warmup / sizes[j])):
+                run.calls(role, [(list(case.args), case.kwargs)] * sizes[j], timers[role],
+                          op[j] if role == "reference" else None)  # fmt: skip
+
+    def timed(role: str, i: int) -> Iterator[tuple[int, Call]]:
+        """Reading ``i`` of each input: its calls on values of their own, fresh from their seeds."""
+        live = [j for j in range(len(cases)) if i < counts[j]]
+        fresh = [_rebuild_perf(prep, seed) for seed in seeds[i][: max(sizes[j] for j in live)]]
+        for j in live:
+            k = where[j]
+            sets = [(list(f[k].args), f[k].kwargs) for f in fresh[: sizes[j]]]
+            yield j, run.calls(role, sets, timers[role], op[j] if role == "reference" else None)
+
+    kernel_raw: list[list[float]] = [[] for _ in cases]
+    outs: list[list[list[Any]]] = [[] for _ in cases]
+    warm_up("candidate")
+    for i in range(len(seeds)):
+        for j, call in timed("candidate", i):
+            assert call.ms is not None
+            kernel_raw[j].append(call.ms)
+            outs[j].append(call.out)
+    run.end_candidate()
+    null_ms = calibrate(run, base, timers["reference"], [(list(cases[0].args), cases[0].kwargs)])
+    ref_raw: list[list[float]] = [[] for _ in cases]
+    bad: dict[int, str] = {}
+    warm_up("reference")
+    for i in range(len(seeds)):
+        for j, call in timed("reference", i):
+            assert call.ms is not None
+            ref_raw[j].append(call.ms)
+            for m, (ref_out, ker_out) in enumerate(zip(call.out, outs[j][i], strict=True)):
+                if j not in bad:
+                    mismatch, _ = compare(ref_out, ker_out, atol=opts.atol, rtol=opts.rtol)
+                    if mismatch is not None:
+                        bad[j] = f"timed call {i * sizes[j] + m + 1}: {mismatch.message}"
+    kernel = [net(kernel_raw[j], null_ms, sizes[j]) for j in range(len(cases))]
+    ref = [net(ref_raw[j], null_ms, sizes[j]) for j in range(len(cases))]
+    try:
+        base.check("reference")
+    except PrepError as exc:
+        raise HarnessError(Outcome.EXECUTION_FAILURE, str(exc)) from exc
+    gate = None
+    if isinstance(base, GpuTimer):
+        gate = {**base.report(), "calls_per_reading": float(max(sizes))}
+    return Block(kernel, ref, bad, gate), sizes
