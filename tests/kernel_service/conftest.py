@@ -1,6 +1,11 @@
 """One real kernel service (2 CPU workers + 1 compile worker) behind a real HTTP server for the session.
 
 The build cache is session-scoped, so the suite's only successful C++ compile happens once.
+
+``serve_process``: one real ``kernel-service serve --gpus none`` subprocess (2 CPU workers) for the
+session, shared by the tests that treat the service as a hostile or an impatient client would
+(test_abandoned_work.py, test_hostile_requests.py): each reads the service's counters as differences,
+so one start (a fresh torch import in the server and its workers) serves both.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 from kernel_service.service import KernelService, KernelServiceConfig
+from ks_serve import ServeProcess
 from ks_sources import FIXTURES, MAX_BODY
 
 from benchmark_runner.service.app import ServiceConfig, make_app
@@ -38,6 +44,12 @@ def kernel_server(tmp_path_factory: pytest.TempPathFactory, build_cache: Path) -
     with start_server(app, startup_timeout=120) as server:
         server.service = service  # type: ignore[attr-defined]
         yield server
+
+
+@pytest.fixture(scope="session")
+def serve_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
+    with ServeProcess(tmp_path_factory.mktemp("serve"), "--workers", "2") as srv:
+        yield srv
 
 
 @pytest.fixture()

@@ -10,7 +10,6 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -38,9 +37,9 @@ def slow_request(seed: int) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
-    with ServeProcess(tmp_path_factory.mktemp("abandon"), "--workers", "2") as srv:
-        yield srv
+def service(serve_process: ServeProcess) -> ServeProcess:
+    """The session's ``kernel-service serve`` subprocess (conftest.py), shared with test_hostile_requests.py."""
+    return serve_process
 
 
 def eval_pool(service: ServeProcess) -> dict[str, Any]:

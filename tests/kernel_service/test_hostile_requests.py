@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -29,9 +28,9 @@ BB_HONEST: dict[str, Any] = {
 
 
 @pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
-    with ServeProcess(tmp_path_factory.mktemp("hostile"), "--workers", "1") as srv:
-        yield srv
+def service(serve_process: ServeProcess) -> ServeProcess:
+    """The session's ``kernel-service serve`` subprocess (conftest.py), shared with test_abandoned_work.py."""
+    return serve_process
 
 
 def wrap(route: str, request_json: str) -> bytes:

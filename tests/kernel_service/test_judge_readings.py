@@ -4,6 +4,7 @@ zygote and side process, on the CPU."""
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -51,11 +52,23 @@ def test_calls_per_reading_fills_the_target_within_its_caps() -> None:
     assert calls_per_reading(1e-6, timing.READING_BYTES * 2, 2, 4096) == 1  # never below one call
 
 
+@pytest.fixture(scope="module")
+def judge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Judge]:
+    """One judge, hence one zygote, for the module, as an eval worker keeps one across its jobs."""
+    root = tmp_path_factory.mktemp("judge")
+    judge = Judge(probe_environment(), HardenPolicy(writable=[root]), root)
+    try:
+        yield judge
+    finally:
+        judge.close()
+
+
 @pytest.fixture()
-def run(tmp_path: Path) -> Iterator[Run]:
-    judge = Judge(probe_environment(), HardenPolicy(writable=[tmp_path]), tmp_path)
-    run = Run(judge, tmp_path / "job", torch.device("cpu"), timeout_s=120)
-    build = tmp_path / "build"
+def run(judge: Judge) -> Iterator[Run]:
+    """A job of its own per test: a fresh candidate side forked from the module's zygote."""
+    job = Path(tempfile.mkdtemp(prefix="job-", dir=judge.tmp))
+    run = Run(judge, job / "job", torch.device("cpu"), timeout_s=120)
+    build = job / "build"
     build.mkdir()
     try:
         run.fork("candidate", str(build))
@@ -63,7 +76,6 @@ def run(tmp_path: Path) -> Iterator[Run]:
         yield run
     finally:
         run.close()
-        judge.close()
 
 
 def load(run: Run, function: str) -> None:
