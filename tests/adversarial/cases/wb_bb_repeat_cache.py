@@ -1,7 +1,7 @@
 # ruff: noqa  (hostile or templated submission source: placeholders like __PORT__ are filled by the test)
 # White-box, BackendBench (relu): the timed calls of one performance input repeat the same values.
 #
-# Written from backendbench/evaluator.py (_time_cases): each performance input is timed warmup +
+# Written from backendbench/performance.py (time_cases): each performance input is timed warmup +
 # perf_trials times with the same tensor values, written by the judge at the same place of the same
 # arena, and only the last timed output is compared with the op's. So the kernel keeps its last output
 # by input address, shape and strides, and when 64 sampled input values still match, returns it again
