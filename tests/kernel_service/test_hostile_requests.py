@@ -298,7 +298,7 @@ def test_parse_bounds_units() -> None:
     """The bounds check itself: exact depth, strings do not count, linear on hostile strings."""
     import time
 
-    from benchmark_runner.service.app import BodyError, json_shape_error, parse_json_body
+    from benchmark_runner.service.bodies import BodyError, json_shape_error, parse_json_body
 
     assert json_shape_error(b"[" * 100 + b"]" * 100, 100, 10_000) is None
     assert "101 deep" in (json_shape_error(b"[" * 101 + b"]" * 101, 100, 10_000) or "")
