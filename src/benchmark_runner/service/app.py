@@ -13,6 +13,10 @@ A client that goes away before its answer (closes the connection) cancels the wo
 routes that evaluate watch for the disconnect and cancel the service's coroutine (a service that shares
 one evaluation between identical requests keeps it for the ones still waiting). ``GET /v1/metrics``
 counts such requests, with whatever the service reports about its own work (``BenchmarkService.metrics``).
+
+Over 600 lines for one concept, the HTTP face of a service: its configuration (keys, allowlist, bounds),
+the body limit and error answers every route shares, and ``make_app``'s routes; parsing a body within
+bounds is ``bodies.py``.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ their arenas, what was opened of theirs), the :class:`Call` a side answers, and 
 BackendBench's (``backendbench/evaluator.py``) both time with.
 
 Nothing here runs a submission's code: a side runs it, in a process of its own, and answers with
-descriptions the judge validates (``transport``).
+descriptions the judge validates (``transport``). Over 600 lines for one concept: ``Run`` (~320 of them) is
+every exchange of an evaluation with its two sides.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ environment (hardware, torch, CUDA, Python, timing-method version). Only verdict
 are stored (``CACHEABLE``): a timeout, a sandbox error, a worker crash or a "requires a GPU" answer says
 something about the host at that moment, so those always run again.
 
-Identical submissions that arrive while the first is still running share it (``service.SharedRun``) instead
+Identical submissions that arrive while the first is still running share it (``shared_run.SharedRun``) instead
 of running twice. Entries live in memory (LRU, ``max_entries``) and, with ``directory``, as one JSON file
 each, so a restarted service keeps them.
 """

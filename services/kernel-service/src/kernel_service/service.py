@@ -18,23 +18,20 @@ dead (a service killed with ``kill -9`` cannot remove its own).
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import logging
 import math
 import os
-import re
 import shutil
 import sys
-import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Generic, Literal, TypeVar, overload
+from typing import Any, ClassVar, Literal, overload
 
 import anyio
 from pydantic import ValidationError
@@ -63,6 +60,8 @@ from .schemas import (
     TimingStats,
     excerpt,
 )
+from .shared_run import SharedRun
+from .work_dirs import make_work_dir, sweep_dead_work_dirs
 
 logger = logging.getLogger(__name__)
 
@@ -149,116 +148,6 @@ class RefTimingCache:
                 tmp = self.path.with_suffix(".tmp")
                 tmp.write_text(json.dumps(self._data))
                 os.replace(tmp, self.path)
-
-
-# ---- work dirs of dead services ------------------------------------------------------------------
-
-WORK_DIR_PREFIX = "kernel-service-"
-_OWNED = re.compile(rf"^{re.escape(WORK_DIR_PREFIX)}(\d+)\.(\d+)\.(\d+)-")
-
-
-def _pid_namespace() -> int:
-    try:
-        return os.stat("/proc/self/ns/pid").st_ino
-    except OSError:
-        return 0
-
-
-def _start_time(pid: int) -> int | None:
-    """When ``pid`` started (clock ticks since boot), None when there is no such process: with the pid,
-    it names one process (a pid alone may be reused)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    try:
-        return int(stat.rsplit(")", 1)[1].split()[19])
-    except (IndexError, ValueError):
-        return None
-
-
-def make_work_dir(root: Path | None = None) -> Path:
-    """A fresh work dir under ``root`` (default: the system temp dir), named after this process."""
-    tag = f"{_pid_namespace()}.{os.getpid()}.{_start_time(os.getpid()) or 0}"
-    return Path(tempfile.mkdtemp(prefix=f"{WORK_DIR_PREFIX}{tag}-", dir=root))
-
-
-def sweep_dead_work_dirs(root: Path | None = None) -> list[Path]:
-    """Remove the work dirs (``make_work_dir``) of services whose process is gone; returns them.
-
-    Only dirs of this user, made in this PID namespace (another one's pids mean other processes), whose
-    process is dead or is another process now (its start time differs). Others are left alone.
-    """
-    base = Path(root) if root is not None else Path(tempfile.gettempdir())
-    ns, uid = _pid_namespace(), os.geteuid()
-    removed: list[Path] = []
-    try:
-        entries = list(base.iterdir())
-    except OSError:
-        return removed
-    for entry in entries:
-        m = _OWNED.match(entry.name)
-        if m is None or int(m.group(1)) != ns:
-            continue
-        try:
-            st = entry.lstat()
-        except OSError:
-            continue
-        if st.st_uid != uid or not entry.is_dir() or entry.is_symlink():
-            continue
-        pid, started = int(m.group(2)), int(m.group(3))
-        if pid == os.getpid() or _start_time(pid) == started:
-            continue  # alive
-        shutil.rmtree(entry, ignore_errors=True)
-        if not entry.exists():
-            removed.append(entry)
-            logger.info("removed %s: the service that made it (pid %d) is gone", entry, pid)
-    return removed
-
-
-# ---- single flight --------------------------------------------------------------------------------
-
-T = TypeVar("T")
-
-
-class SharedRun(Generic[T]):
-    """One evaluation that identical requests wait for together, in a task of its own.
-
-    Each request ``wait()``s; one that is cancelled (its client went away) stops waiting, and when the
-    last one is gone the evaluation is cancelled too (queued: never starts; running: stops at its next
-    phase boundary). ``on_abandoned`` then runs (the service forgets it, so a later identical request
-    starts afresh instead of joining a run that is stopping).
-    """
-
-    def __init__(self, work: Callable[[], Awaitable[T]], on_abandoned: Callable[[], None]) -> None:
-        self.waiters = 0
-        self.joined = 0  # requests that waited for it without starting it
-        self._on_abandoned = on_abandoned
-        self._scope = anyio.CancelScope()
-        self.task: asyncio.Task[T | None] = asyncio.ensure_future(self._body(work))
-        self.task.add_done_callback(_retrieve)
-
-    async def _body(self, work: Callable[[], Awaitable[T]]) -> T | None:
-        with self._scope:
-            return await work()
-        return None  # cancelled: nobody was waiting any more
-
-    async def wait(self) -> T | None:
-        """The evaluation's result; None if it was cancelled (only when this service shuts down)."""
-        self.waiters += 1
-        try:
-            return await asyncio.shield(self.task)
-        finally:
-            self.waiters -= 1
-            if self.waiters == 0 and not self.task.done():
-                self._scope.cancel()
-                self._on_abandoned()
-
-
-def _retrieve(task: asyncio.Task[Any]) -> None:
-    """Mark a shared run's exception seen (every waiter may be gone): no 'never retrieved' warning."""
-    if not task.cancelled() and task.exception() is not None:
-        logger.debug("shared evaluation failed: %r", task.exception())
 
 
 def split_cpus(cpus: list[int], gpus: int) -> tuple[list[int], list[int]]:
