@@ -152,21 +152,13 @@ async def test_score_matches_hand_computed_values() -> None:
     )
 
 
-async def test_tasks_from_the_service(tmp_path: Path) -> None:
-    """``--dataset-name level1``: tasks listed by a real kernel service serving a JSONL source."""
-    from kernel_service.service import KernelService, KernelServiceConfig
-
-    from benchmark_runner.service import make_app, start_server
-
-    fixtures = Path(__file__).parent / "fixtures" / "upstream_problems.jsonl"
-    service = KernelService(
-        KernelServiceConfig(gpus=[], cpu_workers=1, compile_step=False, dataset_sources=[fixtures])
-    )
-    with start_server(make_app(service)) as server:
-        runner = KernelBenchRunner(service=ServiceClient(server.url))
-        tasks = await runner.load_tasks_from_service("level1")
-        assert [t.id for t in tasks] == ["L1_19_ReLU", "L1_23_Softmax"]
-        assert all(isinstance(t, KernelBenchTask) and "def get_inputs" in t.reference_code for t in tasks)
-        runner.configure({"level": [3]})
-        assert [t.id for t in await runner.load_tasks_from_service("all")] == ["L3_1_MLP"]
-        await runner.service.aclose()  # type: ignore[union-attr]
+async def test_tasks_from_the_service(kernel_service_url: str) -> None:
+    """``--dataset-name level1``: tasks listed by a real kernel service serving a JSONL source (the
+    session's service, which hosts the upstream-problem fixtures)."""
+    runner = KernelBenchRunner(service=ServiceClient(kernel_service_url))
+    tasks = await runner.load_tasks_from_service("level1")
+    assert [t.id for t in tasks] == ["L1_19_ReLU", "L1_23_Softmax"]
+    assert all(isinstance(t, KernelBenchTask) and "def get_inputs" in t.reference_code for t in tasks)
+    runner.configure({"level": [3]})
+    assert [t.id for t in await runner.load_tasks_from_service("all")] == ["L3_1_MLP"]
+    await runner.service.aclose()  # type: ignore[union-attr]
