@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kernel_service.profile_text import profile_table
+
 CONTRACT = """Write a Python module defining `{function}(*args, **kwargs)`: a drop-in implementation of the PyTorch
 operator `aten.{op}` with exactly the schema below. It is called with the operator's own arguments
 (tensors on the evaluation device, float32/bfloat16/float16 and edge cases such as empty or non-contiguous
@@ -40,9 +42,6 @@ def schemas(op: str) -> list[str]:
 
 #: Largest profile table fed back to the model (``--feedback profile``; ~600 tokens).
 PROFILE_CHARS = 2400
-#: Kernels (CPU: ops) listed at most per side in that table (the op's fewer: it is context).
-PROFILE_ROWS = {"candidate": 10, "reference": 5}
-PROFILE_NAME_CHARS = 90
 
 SYSTEM = "You are an expert GPU kernel engineer writing PyTorch backend operators."
 
@@ -81,72 +80,6 @@ def feedback_message(verdict: dict[str, Any], function: str) -> str:
 
 
 def profile_text(profile: dict[str, Any], budget: int = PROFILE_CHARS) -> str | None:
-    """A verdict's ``profile`` as a table the model reads (both sides' heaviest kernels with calls and
-    times, the share of each call outside kernels, ncu's metrics), at most ``budget`` characters: rows go
-    from the end of the longest list (the op's first) until it fits. None without a profiled side."""
-    sides = {role: profile.get(role) for role in ("candidate", "reference")}
-    if not any(isinstance(v, dict) and v.get("kernels") for v in sides.values()):
-        return None
-    rows = {
-        role: list(side.get("kernels") or [])[: PROFILE_ROWS[role]] if isinstance(side, dict) else []
-        for role, side in sides.items()
-    }
-    while True:
-        text = _profile_lines(profile, sides, rows)
-        if len(text) <= budget or not any(rows.values()):
-            break
-        longest = max(rows, key=lambda r: (len(rows[r]), r == "reference"))
-        rows[longest].pop()
-    return text if len(text) <= budget else text[: budget - 5] + "\n[...]"
-
-
-def _profile_lines(
-    profile: dict[str, Any], sides: dict[str, Any], rows: dict[str, list[dict[str, Any]]]
-) -> str:
-    cuda = str(profile.get("device", "")).startswith("cuda")
-    what = "kernel" if cuda else "op"
-    on = f" on {profile['input']}" if profile.get("input") else ""
-    lines = [f"Profile of one untimed call{on} ({profile.get('source') or 'torch.profiler'}; advisory):"]
-    for role, title in (("candidate", "yours"), ("reference", "the operator (aten)")):
-        side = sides[role]
-        if not isinstance(side, dict):
-            continue
-        if side.get("error") and not side.get("kernels"):
-            lines.append(f"{title}: not profiled ({side['error']})")
-            continue
-        facts = []
-        if isinstance(side.get("call_us"), int | float):
-            facts.append(f"{side['call_us']:.1f} us a call")
-        count = side.get("kernel_count") or len(side.get("kernels") or [])
-        facts.append(f"{count} {what}s")
-        if isinstance(side.get("outside_share"), int | float):
-            facts.append(f"{side['outside_share']:.0%} of the call outside {what}s")
-        lines.append(f"{title}: " + ", ".join(facts))
-        shown = rows[role]
-        if shown:
-            lines.append(f"  {'time_us':>10}  {'calls':>5}  {what}")
-        for k in shown:
-            name = str(k.get("name", "?"))
-            name = name if len(name) <= PROFILE_NAME_CHARS else name[: PROFILE_NAME_CHARS - 3] + "..."
-            lines.append(f"  {float(k.get('time_us') or 0):>10.1f}  {int(k.get('calls') or 0):>5}  {name}")
-        if len(shown) < count:
-            lines.append(f"  ... {count - len(shown)} more")
-    ncu = profile.get("ncu")
-    if isinstance(ncu, dict) and isinstance(ncu.get("metrics"), dict) and ncu["metrics"]:
-        m = ncu["metrics"]
-        parts = [
-            f"{label} {m[key]:.1f}{unit}"
-            for key, label, unit in (
-                ("sm_throughput_pct", "SM throughput", "% of peak"),
-                ("dram_throughput_pct", "DRAM throughput", "% of peak"),
-                ("achieved_occupancy_pct", "achieved occupancy", "%"),
-                ("registers_per_thread", "registers/thread", ""),
-                ("gpu_time_us", "time", " us"),
-            )
-            if isinstance(m.get(key), int | float)
-        ]
-        kernel = str(ncu.get("kernel") or "")[:PROFILE_NAME_CHARS]
-        lines.append(f"ncu, your heaviest kernel ({kernel}): " + ", ".join(parts))
-    elif cuda and isinstance(ncu, dict) and ncu.get("error"):
-        lines.append(f"ncu: not run ({str(ncu['error'])[:200]})")
-    return "\n".join(lines)
+    """A verdict's ``profile`` as the table the model reads, at most ``budget`` characters
+    (``kernel_service.profile_text``); None without a profiled side."""
+    return profile_table(profile, budget, {"candidate": "yours", "reference": "the operator (aten)"})
