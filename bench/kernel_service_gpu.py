@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from kernel_service.schemas import KernelEvalResponse
+from kernel_service.kernelbench.schemas import KernelEvalResponse
 from kernel_service.service import KernelService, KernelServiceConfig
 
 from benchmark_runner.service.app import make_app

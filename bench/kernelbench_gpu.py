@@ -35,7 +35,7 @@ from _sources import use_sources  # bench/ (the script's dir) is on sys.path
 
 use_sources("kernelbench-runner")
 
-from kernel_service.metrics import kernelbench_metrics, metrics_by_level  # noqa: E402
+from kernel_service.kernelbench.metrics import kernelbench_metrics, metrics_by_level  # noqa: E402
 from kernelbench_runner.records import outcomes_from_evaluations  # noqa: E402
 
 from benchmark_runner.artifacts import RunArtifacts  # noqa: E402

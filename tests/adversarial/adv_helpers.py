@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from kernel_service.schemas import KernelEvalResponse
+from kernel_service.kernelbench.schemas import KernelEvalResponse
 from kernel_service.service import KernelService
 
 from benchmark_runner.service.server import RunningServer

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from kernel_service import sandbox
-from kernel_service.integrity import (
+from kernel_service.judging import sandbox
+from kernel_service.judging.integrity import (
     KernelProbe,
     PatchGuard,
     default_trusted_roots,
@@ -31,7 +31,7 @@ CHILD = textwrap.dedent(
     """
     import json, os, signal, socket, sys
     from pathlib import Path
-    from kernel_service.sandbox import HardenPolicy, harden_worker
+    from kernel_service.judging.sandbox import HardenPolicy, harden_worker
     tmp, secret, outside, port = Path(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
     report = harden_worker(HardenPolicy(writable=[tmp], fsize_bytes=1 << 20))
     res = {"report": report.model_dump()}
@@ -120,7 +120,7 @@ def test_leftover_processes_are_found_and_killed() -> None:
     code = textwrap.dedent(
         """
         import subprocess, sys, time
-        from kernel_service import sandbox
+        from kernel_service.judging import sandbox
         assert sandbox.become_subreaper()
         # a double fork: the grandchild is orphaned and, thanks to the subreaper, reparented to us
         subprocess.Popen([sys.executable, "-c",
@@ -137,7 +137,7 @@ def test_leftover_processes_are_found_and_killed() -> None:
 def test_patch_guard_sees_timer_harness_torch_and_weight_tampering() -> None:
     import time as time_mod
 
-    import kernel_service.timing as timing
+    import kernel_service.judging.timing as timing
 
     model = torch.nn.Linear(4, 4)
     guard = PatchGuard.for_harness(None, model)

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 from adv_helpers import FAST, REF, source
-from kernel_service.pool import WorkerConfig, WorkerPool, resolve_launcher
-from kernel_service.schemas import KernelEvalResponse
+from kernel_service.kernelbench.schemas import KernelEvalResponse
+from kernel_service.workers.pool import WorkerConfig, WorkerPool, resolve_launcher
 
 _ids = itertools.count(1)
 #: As the service does: one intra-op thread per CPU worker keeps timings stable on a shared machine.
@@ -219,7 +219,7 @@ def test_torch_compiles_own_wrappers_are_not_patches() -> None:
     code = textwrap.dedent(
         """
         import torch
-        from kernel_service.integrity import PatchGuard
+        from kernel_service.judging.integrity import PatchGuard
         guard = PatchGuard.for_harness()
         from torch._dynamo.mutation_guard import install_generation_tagging_init
         install_generation_tagging_init()
@@ -241,7 +241,7 @@ def test_probe_sees_an_extension_loaded_outside_sys_modules(tmp_path: Path) -> N
         f"""
         import importlib.util, shutil, warnings
         from pathlib import Path
-        from kernel_service.integrity import KernelProbe, default_trusted_roots
+        from kernel_service.judging.integrity import KernelProbe, default_trusted_roots
         warnings.simplefilter("ignore")
         src = Path(importlib.util.find_spec("audioop").origin)  # found, not imported
         dst = Path({str(tmp_path)!r}) / src.name

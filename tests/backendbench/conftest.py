@@ -29,7 +29,7 @@ def backendbench_service_url() -> Iterator[str]:
 @pytest.fixture
 def forked(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The roles of the side processes the judge forks from now on, in order (``Run.fork``, still run)."""
-    from kernel_service.judging import Run
+    from kernel_service.judging.judging import Run
 
     roles: list[str] = []
     fork = Run.fork

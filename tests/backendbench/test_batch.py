@@ -8,7 +8,7 @@ from typing import Any
 
 from kernel_service.backendbench.evaluator import evaluate, evaluate_batch
 from kernel_service.backendbench.references import reference_source
-from kernel_service.backendbench.service import split_batch
+from kernel_service.backendbench_service import split_batch
 
 FAST = {"perf_trials": 3, "warmup": 1}
 

@@ -11,9 +11,9 @@ from kernel_service.backendbench.case_cache import Answer, CaseCache, key_of
 from kernel_service.backendbench.evaluator import Prepared, case_cache, evaluate_batch, prepare
 from kernel_service.backendbench.references import reference_source
 from kernel_service.backendbench.schemas import BackendBenchEvalRequest
-from kernel_service.harness import probe_environment
-from kernel_service.judging import Judge
-from kernel_service.sandbox import HardenPolicy
+from kernel_service.judging.harness import probe_environment
+from kernel_service.judging.judging import Judge
+from kernel_service.judging.sandbox import HardenPolicy
 
 #: Writes its input, then answers with relu of the zeroed tensor: wrong, and the input is changed.
 ZEROES_ITS_INPUT = """import torch

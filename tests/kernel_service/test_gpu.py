@@ -11,7 +11,7 @@ import httpx
 import ks_gpu_sources as G
 import pytest
 import torch
-from kernel_service.schemas import KernelEvalResponse
+from kernel_service.kernelbench.schemas import KernelEvalResponse
 from kernel_service.service import KernelService, KernelServiceConfig
 
 from benchmark_runner.service.app import make_app
@@ -184,7 +184,7 @@ def test_large_inputs_reach_each_side_before_its_untimed_calls(gpu_server: Runni
 def test_sampling_an_output_never_waits_for_the_stream() -> None:
     """The judge samples a large timed output while its gate holds the stream: a host sync there (a
     pageable copy to the GPU, an ``.item()``) makes every such call miss the gate."""
-    from kernel_service.compare import Sample
+    from kernel_service.judging.compare import Sample
 
     out = torch.randn(1 << 12, 1 << 10, device="cuda")
     torch.cuda.synchronize()
@@ -197,7 +197,7 @@ def test_sampling_an_output_never_waits_for_the_stream() -> None:
 
 
 def test_the_gate_holds_the_judges_stream_until_the_judge_or_its_watchdog_opens_it() -> None:
-    from kernel_service.timing import HostGate
+    from kernel_service.judging.timing import HostGate
 
     gate = HostGate(torch.device("cuda"))
     passed = torch.cuda.Event()

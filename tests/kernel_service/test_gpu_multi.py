@@ -16,7 +16,7 @@ import httpx
 import ks_gpu_sources as G
 import pytest
 import torch
-from kernel_service.schemas import KernelEvalResponse
+from kernel_service.kernelbench.schemas import KernelEvalResponse
 from kernel_service.service import KernelService, KernelServiceConfig
 
 from benchmark_runner.service.app import make_app

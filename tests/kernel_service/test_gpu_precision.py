@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import ks_gpu_sources as G
 import pytest
-from kernel_service.schemas import KernelEvalResponse
+from kernel_service.kernelbench.schemas import KernelEvalResponse
 from kernel_service.service import KernelService, KernelServiceConfig
 
 from benchmark_runner.service.app import make_app

@@ -283,8 +283,8 @@ def test_malformed_bodies_get_4xx_and_the_service_stays_healthy(service: ServePr
 def test_every_numeric_option_is_bounded() -> None:
     """Each number a request may set has a lower and an upper bound (``bounds.py`` enforces them)."""
     from kernel_service.backendbench.schemas import BackendBenchOptions
-    from kernel_service.bounds import BoundedModel, bounds_of, numeric
-    from kernel_service.schemas import EvalOptions
+    from kernel_service.judging.bounds import BoundedModel, bounds_of, numeric
+    from kernel_service.judging.schemas import EvalOptions
 
     for model in (EvalOptions, BackendBenchOptions):
         assert issubclass(model, BoundedModel)

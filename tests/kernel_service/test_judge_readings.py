@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from kernel_service import timing, transport
-from kernel_service.harness import HarnessError, probe_environment
-from kernel_service.judging import Judge, Run, unwrap
-from kernel_service.sandbox import HardenPolicy
-from kernel_service.schemas import Outcome
-from kernel_service.timing import CpuTimer, calls_per_reading
+from kernel_service.judging import timing, transport
+from kernel_service.judging.harness import HarnessError, probe_environment
+from kernel_service.judging.judging import Judge, Run, unwrap
+from kernel_service.judging.sandbox import HardenPolicy
+from kernel_service.judging.schemas import Outcome
+from kernel_service.judging.timing import CpuTimer, calls_per_reading
 
 KERNELS = """
 import torch
@@ -34,7 +34,7 @@ def scale_in_place(x, *, shift=0.0):
     return x.mul_(2)
 
 def truncate(x, *, shift=0.0):
-    import kernel_service.candidate as side  # the side's own runtime: a submission may rewrite it
+    import kernel_service.workers.candidate as side  # the side's own runtime: a submission may rewrite it
     side._each = lambda fns, sets: [fns[0](*sets[0][0], **sets[0][1])]
     return x * 2 + shift
 """
@@ -138,7 +138,7 @@ def test_a_reading_drawn_into_the_arena_gives_the_outputs_of_the_values_drawn(ru
 
 
 def test_a_far_faster_candidate_gets_more_calls_a_reading_within_its_caps() -> None:
-    from kernel_service.judging import MIN_READINGS, candidate_reading_size
+    from kernel_service.judging.judging import MIN_READINGS, candidate_reading_size
 
     assert candidate_reading_size(2, 1.4, 256, 100) == 2  # as fast as the reference: its count
     assert candidate_reading_size(2, 5.0, 256, 100) == 2  # slower: never fewer calls
@@ -170,7 +170,7 @@ def test_a_sides_readings_end_once_their_median_is_precise() -> None:
     steady ones, is handled as it should be."""
     import random
 
-    from kernel_service.judging import PRECISE_MIN_READINGS, precise
+    from kernel_service.judging.judging import PRECISE_MIN_READINGS, precise
 
     rng = random.Random(7)
     steady = [10.0 + rng.gauss(0, 0.02) for _ in range(PRECISE_MIN_READINGS)]  # 0.2% spread

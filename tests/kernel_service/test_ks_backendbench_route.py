@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import ks_sources as S
 import pytest
-from kernel_service.schemas import KernelEvalResponse
+from kernel_service.kernelbench.schemas import KernelEvalResponse
 from kernel_service.service import KernelService, KernelServiceConfig
 
 from benchmark_runner.schemas import EvalResultData

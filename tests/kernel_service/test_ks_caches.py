@@ -17,9 +17,9 @@ from typing import Any
 import httpx
 import ks_sources as S
 import pytest
-from kernel_service.build_cache import BUILT_MARKER, BuildCache, tree_size
-from kernel_service.schemas import KernelEvalResponse
+from kernel_service.kernelbench.schemas import KernelEvalResponse
 from kernel_service.service import KernelService, KernelServiceConfig
+from kernel_service.workers.build_cache import BUILT_MARKER, BuildCache, tree_size
 
 from benchmark_runner.service.app import ServiceConfig, make_app
 from benchmark_runner.service.server import RunningServer, start_server

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from kernel_service.pool import WorkerConfig, WorkerPool
 from kernel_service.service import split_cpus
+from kernel_service.workers.pool import WorkerConfig, WorkerPool
 
 REF = """
 import torch

@@ -6,7 +6,7 @@ import asyncio
 
 import ks_sources as S
 import pytest
-from kernel_service.scheduling import FairScheduler
+from kernel_service.workers.scheduling import FairScheduler
 
 from benchmark_runner.client import ServiceClient
 from benchmark_runner.service.server import RunningServer

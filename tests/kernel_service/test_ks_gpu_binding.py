@@ -14,14 +14,14 @@ import uuid
 from pathlib import Path
 
 import pytest
-from kernel_service import sandbox
-from kernel_service.pool import worker_gpu
+from kernel_service.judging import sandbox
+from kernel_service.workers.pool import worker_gpu
 
 from benchmark_runner.service.server import RunningServer
 
 CHILD = r"""
 import os, sys, time
-from kernel_service.sandbox import private_shm
+from kernel_service.judging.sandbox import private_shm
 why = private_shm()
 if why:
     sys.exit(why)
@@ -70,7 +70,7 @@ def test_the_service_workers_report_no_shared_dev_shm(kernel_server: RunningServ
 PROBE_LOOP = r"""
 import sys
 from pathlib import Path
-from kernel_service.harness import usable_build_dir
+from kernel_service.judging.harness import usable_build_dir
 for _ in range(3000):
     assert usable_build_dir(Path(sys.argv[1]), Path(sys.argv[2])) == sys.argv[1]
 print("ok")

@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import ks_sources as S
 import pytest
-from kernel_service.schemas import KernelEvalResponse
+from kernel_service.kernelbench.schemas import KernelEvalResponse
 from ks_sources import FAST, MAX_BODY
 
 from benchmark_runner.service.server import RunningServer

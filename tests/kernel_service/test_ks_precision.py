@@ -12,11 +12,12 @@ import httpx
 import ks_sources as S
 import pytest
 import torch
-from kernel_service import profiling
-from kernel_service.harness import build_model, cast_inputs, precision_dtype
-from kernel_service.judging import Run
+from kernel_service.judging import profiling
+from kernel_service.judging.harness import build_model, cast_inputs, precision_dtype
+from kernel_service.judging.judging import Run
+from kernel_service.judging.schemas import EvalOptions, Outcome
+from kernel_service.kernelbench.schemas import KernelEvalResponse
 from kernel_service.result_cache import result_key
-from kernel_service.schemas import EvalOptions, KernelEvalResponse, Outcome
 from ks_sources import FAST
 
 

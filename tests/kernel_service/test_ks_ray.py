@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import httpx
 import ks_sources as S
 import pytest
-from kernel_service.schemas import KernelEvalResponse
+from kernel_service.kernelbench.schemas import KernelEvalResponse
 from kernel_service.service import KernelService, KernelServiceConfig
 
 from benchmark_runner.service.app import make_app
@@ -40,7 +40,7 @@ def test_ray_executor_evaluates_correct_and_incorrect_over_http(
     ray_service: tuple[str, KernelService],
 ) -> None:
     url, service = ray_service
-    from kernel_service.ray_executor import RayActorPool
+    from kernel_service.workers.ray_executor import RayActorPool
 
     assert isinstance(service.eval_pool, RayActorPool) and isinstance(service.compile_pool, RayActorPool)
     # One compile actor and one eval actor hold the cluster's 2 CPUs: Ray, not this process, placed them.

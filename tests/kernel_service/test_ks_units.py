@@ -10,9 +10,10 @@ from pathlib import Path
 import ks_sources as S
 import pytest
 import torch
-from kernel_service.compare import compare_outputs, default_tolerance
-from kernel_service.datasets import DatasetError, ProblemStore
-from kernel_service.schemas import KernelEvalRequest, KernelEvalResponse, Outcome, TimingStats, reward_for
+from kernel_service.judging.compare import compare_outputs, default_tolerance
+from kernel_service.judging.schemas import Outcome, TimingStats, reward_for
+from kernel_service.kernelbench.datasets import DatasetError, ProblemStore
+from kernel_service.kernelbench.schemas import KernelEvalRequest, KernelEvalResponse
 from pydantic import ValidationError
 
 from benchmark_runner.schemas import EvalStatus
@@ -161,8 +162,8 @@ def test_fast_path_never_accepts_what_the_exact_path_rejects() -> None:
 def test_sampled_snapshot_checks_shape_and_random_positions() -> None:
     """Large timed outputs are compared at random positions drawn after the call: a kernel that skips a
     slice of its output is still caught, a correct one passes, a wrong shape is named."""
-    from kernel_service.compare import Sample
-    from kernel_service.integrity import snapshot_outputs
+    from kernel_service.judging.compare import Sample
+    from kernel_service.judging.integrity import snapshot_outputs
 
     ref = torch.randn(64, 4096)
     snap = snapshot_outputs((ref.clone(), torch.ones(3)), sample_above=1000)
@@ -190,7 +191,7 @@ def test_sampled_snapshot_checks_shape_and_random_positions() -> None:
 
 def test_fast_comparison_in_chunks_finds_an_error_in_the_last_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
     """Large outputs are compared a chunk at a time (bounded temporaries); every chunk still counts."""
-    import kernel_service.compare as cmp_mod
+    import kernel_service.judging.compare as cmp_mod
 
     monkeypatch.setattr(cmp_mod, "COMPARE_CHUNK", 1000)
     ref = torch.randn(10_500)

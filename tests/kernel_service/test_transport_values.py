@@ -9,7 +9,7 @@ import gc
 import weakref
 
 import torch
-from kernel_service import transport
+from kernel_service.judging import transport
 
 
 def test_every_tensor_of_a_call_lands_at_its_own_offset() -> None:

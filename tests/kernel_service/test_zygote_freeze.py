@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kernel_service.sides import SideProcess, Zygote
+from kernel_service.judging.sides import SideProcess, Zygote
 
 DAEMON = """
 import os, time

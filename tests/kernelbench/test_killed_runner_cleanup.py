@@ -1,5 +1,5 @@
 """``kill -9`` of a real ``kernelbench-runner run`` (its embedded CPU kernel service) leaves nothing
-behind: its worker processes (``unshare``, ``kernel_service.worker``, the zygote, its sides) live in
+behind: its worker processes (``unshare``, ``kernel_service.workers.worker``, the zygote, its sides) live in
 sessions of their own, out of reach of the kill, and must die with the runner within 2 s; its temp dir
 (``kernel-service-*``) must be removed by the next service that starts."""
 
@@ -57,7 +57,7 @@ def test_kill_9_of_the_runner_leaves_no_worker_and_no_temp_dir(tmp_path: Path) -
             assert time.monotonic() < deadline, "no evaluation written within 180 s"
             time.sleep(0.05)
         workers = processes_under(tmp)
-        assert any("kernel_service.worker" in c for c in workers.values()), workers
+        assert any("kernel_service.workers.worker" in c for c in workers.values()), workers
         assert len(work_dirs(tmp)) == 1
         os.killpg(proc.pid, signal.SIGKILL)  # the runner's process group: not the workers' sessions
         killed_at = time.monotonic()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from kernel_service.metrics import (
+from kernel_service.kernelbench.metrics import (
     TaskOutcome,
     fast_p,
     fast_p_curve,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernel_service.profile_text import profile_table
+from kernel_service.judging.profile_text import profile_table
 
 CONTRACT = """Write a Python module defining `{function}(*args, **kwargs)`: a drop-in implementation of the PyTorch
 operator `aten.{op}` with exactly the schema below. It is called with the operator's own arguments
@@ -81,5 +81,5 @@ def feedback_message(verdict: dict[str, Any], function: str) -> str:
 
 def profile_text(profile: dict[str, Any], budget: int = PROFILE_CHARS) -> str | None:
     """A verdict's ``profile`` as the table the model reads, at most ``budget`` characters
-    (``kernel_service.profile_text``); None without a profiled side."""
+    (``kernel_service.judging.profile_text``); None without a profiled side."""
     return profile_table(profile, budget, {"candidate": "yours", "reference": "the operator (aten)"})

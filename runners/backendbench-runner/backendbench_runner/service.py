@@ -49,7 +49,7 @@ def make_service(
         config = KernelServiceConfig(gpus=gpus, cpu_workers=cpu_workers, sandbox=sandbox, compile_step=False)
         return KernelService(config)
     # A kernel service from before the ``kind`` dispatch: its BackendBench-only sibling, same workers.
-    from kernel_service.backendbench.service import BackendBenchService
+    from kernel_service.backendbench_service import BackendBenchService
 
     return BackendBenchService(workers=cpu_workers, sandbox=sandbox, gpus=gpus)
 

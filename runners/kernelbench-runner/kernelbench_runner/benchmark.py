@@ -2,7 +2,7 @@
 
 ``generate`` runs the agent (agent.py) with every kernel checked by the kernel service; ``evaluate``
 sends the final kernel to the service once more (a fresh, independent measurement); ``score`` is
-computed here with ``kernel_service.metrics`` so any service (even one with a generic ``/v1/score``)
+computed here with ``kernel_service.kernelbench.metrics`` so any service (even one with a generic ``/v1/score``)
 yields the same fast_p / geomean / reward numbers. Runner options (``--backend``, ``--feedback``...)
 arrive in ``LLMConfig.extra`` and through ``configure`` (see ``cli_options``); ``report RUN_ID``
 writes the run's self-contained HTML page (report.py).
@@ -30,7 +30,7 @@ from benchmark_runner.schemas import (
     TaskScore,
     describe_validation_error,
 )
-from kernel_service.metrics import fast_p_curve, outcome_counts, reward_of, summarize
+from kernel_service.kernelbench.metrics import fast_p_curve, outcome_counts, reward_of, summarize
 from pydantic import Field, ValidationError
 
 from .agent import AgentOptions, ChatModel, FeedbackMode, KernelAgent, Strategy
@@ -402,7 +402,7 @@ class KernelBenchRunner(BenchmarkRunner):
         )
 
     async def score(self, evaluations: list[EvalResult], model: str) -> ScoreResult:
-        """Computed locally (``kernel_service.metrics``): the same numbers whatever service evaluated."""
+        """Computed locally (``kernel_service.kernelbench.metrics``): the same numbers whatever service evaluated."""
         records = outcomes_from_evaluations(evaluations)
         overall, groups = summarize(records, self.settings.price_in, self.settings.price_out)
         tolerances = sorted(

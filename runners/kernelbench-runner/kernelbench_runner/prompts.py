@@ -12,7 +12,7 @@ import json
 import re
 from typing import Any
 
-from kernel_service.profile_text import profile_table
+from kernel_service.judging.profile_text import profile_table
 
 from .problems import KernelBenchTask, model_only_source
 
@@ -259,5 +259,5 @@ def retry_prompt(result: dict[str, Any]) -> str:
 
 def profile_text(profile: dict[str, Any], budget: int = PROFILE_CHARS) -> str | None:
     """A verdict's ``profile`` as the table the model reads, at most ``budget`` characters
-    (``kernel_service.profile_text``); None without a profiled side."""
+    (``kernel_service.judging.profile_text``); None without a profiled side."""
     return profile_table(profile, budget, {"candidate": "yours (ModelNew)", "reference": "reference (Model)"})

@@ -6,7 +6,7 @@ import re
 from typing import Any
 
 from benchmark_runner.schemas import EvalResult, EvalStatus
-from kernel_service.metrics import TaskOutcome, reward_of
+from kernel_service.kernelbench.metrics import TaskOutcome, reward_of
 
 
 def _level_of(task_id: str, details: dict[str, Any]) -> int | None:

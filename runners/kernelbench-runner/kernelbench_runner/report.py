@@ -24,7 +24,7 @@ from typing import Any
 
 import click
 from benchmark_runner.schemas import EvalResult, GenerationResult, ScoreResult
-from kernel_service.metrics import OUTCOME_ORDER, TaskOutcome, fast_p, metrics_by_level, summarize
+from kernel_service.kernelbench.metrics import OUTCOME_ORDER, TaskOutcome, fast_p, metrics_by_level, summarize
 from pydantic import ValidationError
 
 from .records import outcomes_from_evaluations

@@ -5,7 +5,7 @@
 #   * the DispatchRecorder's __torch_dispatch__ (found in whichever kernel_service module exports it;
 #     the function torch's wrapper calls, through __wrapped__) keeps dispatching but records nothing, so
 #     calling aten.relu itself goes unreported;
-#   * kernel_service.transport.encode, once timed (a call without "record"), names the output as the
+#   * kernel_service.judging.transport.encode, once timed (a call without "record"), names the output as the
 #     input tensor itself ("loc": "in" at the input's offset) instead of copying anything;
 #   * Side.op_call, once timed, answers that description without calling the kernel at all;
 #   * the comparisons (backendbench.compare.compare, compare.compare_outputs) always match, the timers
@@ -129,13 +129,13 @@ for name, mod in list(sys.modules.items()):
         if "__torch_dispatch__" in vars(mod.DispatchRecorder):
             rewrite(mod.DispatchRecorder.__module__, "DispatchRecorder.__torch_dispatch__", fake_dispatch)
             break
-rewrite("kernel_service.transport", "encode", fake_encode)
-rewrite("kernel_service.candidate", "Side.op_call", fake_op_call)
-sys.modules["kernel_service.candidate"].__dict__["_wb_state"] = STATE
+rewrite("kernel_service.judging.transport", "encode", fake_encode)
+rewrite("kernel_service.workers.candidate", "Side.op_call", fake_op_call)
+sys.modules["kernel_service.workers.candidate"].__dict__["_wb_state"] = STATE
 rewrite("kernel_service.backendbench.compare", "compare", fake_bb_compare)
-rewrite("kernel_service.compare", "compare_outputs", fake_compare_outputs)
-rewrite("kernel_service.timing", "CpuTimer.time_call", fake_time_call)
-rewrite("kernel_service.judging", "net", fake_net)
+rewrite("kernel_service.judging.compare", "compare_outputs", fake_compare_outputs)
+rewrite("kernel_service.judging.timing", "CpuTimer.time_call", fake_time_call)
+rewrite("kernel_service.judging.judging", "net", fake_net)
 rewrite("kernel_service.backendbench.timing", "time_call", fake_bb_time_call)
 print(f"WB-HIT code rewritten: {', '.join(STATE['done'])}", flush=True)
 

@@ -1,7 +1,7 @@
 # ruff: noqa  (hostile or templated submission source: placeholders like __PORT__ are filled by the test)
 # White-box 1, BackendBench (relu): the evaluator's state through the call stack and the garbage collector.
 #
-# Written from kernel_service/candidate.py and backendbench/evaluator.py: the kernel runs under
+# Written from kernel_service/workers/candidate.py and backendbench/evaluator.py: the kernel runs under
 # Side.op_call, whose `msg` says whether the call is a correctness check ("record": the ops the kernel
 # calls are recorded by a DispatchRecorder, the local `rec`) or a timed one (no recorder). So the kernel
 # calls aten.relu itself, then walks up the stack and empties the recorder's list, so the op call is never

@@ -1,7 +1,7 @@
 # ruff: noqa  (hostile or templated submission source: placeholders like __PORT__ are filled by the test)
 # White-box 5, BackendBench (relu): patches that exist only inside one call.
 #
-# Written from kernel_service/candidate.py and backendbench/evaluator.py. In a correctness call (the
+# Written from kernel_service/workers/candidate.py and backendbench/evaluator.py. In a correctness call (the
 # judge's request on the stack carries "record": a DispatchRecorder is active) the kernel swaps the
 # recorder class's __torch_dispatch__ for a pass-through, calls aten.relu itself, and puts the original
 # back before returning: the op call is never recorded and nothing is left patched. In a timed call it
@@ -22,7 +22,7 @@ import time
 import torch
 
 try:
-    transport = importlib.import_module("kernel_service.transport")
+    transport = importlib.import_module("kernel_service.judging.transport")
 except ImportError:
     transport = None
 CLOCKS = ("perf_counter", "monotonic", "time", "perf_counter_ns", "process_time")

@@ -4,10 +4,10 @@
 # Assigning a function's __code__ keeps the function object, so every reference to it (module globals,
 # class dicts, names bound at import) runs the new code and an identity check sees nothing. At import this
 # rewrites, in its own process, every evaluator function it can import:
-#   * kernel_service.transport.encode (how the side tells the judge where its outputs are): once timed,
+#   * kernel_service.judging.transport.encode (how the side tells the judge where its outputs are): once timed,
 #     it names the judge's output arena at offset 0 without copying anything there, so the judge reads
 #     whatever the previous call left;
-#   * kernel_service.candidate.Side.op_call: once timed, it answers the previous reply without calling
+#   * kernel_service.workers.candidate.Side.op_call: once timed, it answers the previous reply without calling
 #     forward at all; Side.op_probe marks the end of the correctness trials;
 #   * the comparisons (compare.compare_outputs, judge._mismatch, backendbench.compare.compare) to always
 #     match, and the timers (timing.CpuTimer.time_call, judging.net, and harness.Timer.__call__ of the
@@ -117,14 +117,14 @@ def fake_timer_call(self, fn, inputs):
     return _wb_orig___call__(self, fn, inputs)
 
 
-rewrite("kernel_service.transport", "encode", fake_encode)
-rewrite("kernel_service.candidate", "Side.op_call", fake_op_call)
-rewrite("kernel_service.candidate", "Side.op_probe", fake_op_probe)
-rewrite("kernel_service.compare", "compare_outputs", fake_compare_outputs)
-rewrite("kernel_service.judge", "_mismatch", fake_mismatch)
-rewrite("kernel_service.judging", "net", fake_net)
-rewrite("kernel_service.timing", "CpuTimer.time_call", fake_time_call)
-rewrite("kernel_service.harness", "Timer.__call__", fake_timer_call)
+rewrite("kernel_service.judging.transport", "encode", fake_encode)
+rewrite("kernel_service.workers.candidate", "Side.op_call", fake_op_call)
+rewrite("kernel_service.workers.candidate", "Side.op_probe", fake_op_probe)
+rewrite("kernel_service.judging.compare", "compare_outputs", fake_compare_outputs)
+rewrite("kernel_service.kernelbench.judge", "_mismatch", fake_mismatch)
+rewrite("kernel_service.judging.judging", "net", fake_net)
+rewrite("kernel_service.judging.timing", "CpuTimer.time_call", fake_time_call)
+rewrite("kernel_service.judging.harness", "Timer.__call__", fake_timer_call)
 rewrite("kernel_service.backendbench.compare", "compare", fake_bb_compare)
 say(f"code rewritten: {', '.join(STATE['done'])}")
 

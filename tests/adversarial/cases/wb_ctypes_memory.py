@@ -1,7 +1,7 @@
 # ruff: noqa  (hostile or templated submission source: placeholders like __PORT__ are filled by the test)
 # White-box 3: raw memory writes through ctypes, into this process and into the evaluator's.
 #
-# Written from kernel_service/transport.py, zygote.py and sides.py. The judge's arenas are memfds named
+# Written from kernel_service/judging/transport.py, zygote.py and sides.py. The judge's arenas are memfds named
 # "ks-arena" that the judge maps and passes to each side; the sides are forked by a zygote the judge
 # started, so the judge is the zygote's parent and the reference side is this process's sibling, forked
 # from the same image (objects made before the fork sit at the same addresses in both). On its third

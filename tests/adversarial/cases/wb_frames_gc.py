@@ -1,7 +1,7 @@
 # ruff: noqa  (hostile or templated submission source: placeholders like __PORT__ are filled by the test)
 # White-box 1: the evaluator's state through the call stack and the garbage collector.
 #
-# Written from kernel_service/candidate.py: forward runs under Side.op_call (locals `self`, the Side, and
+# Written from kernel_service/workers/candidate.py: forward runs under Side.op_call (locals `self`, the Side, and
 # `msg`, the judge's request), under Side.handle and serve(); the custom-kernel probe comes through
 # Side.op_probe, and every call after it is a warm-up or a timed call. So every call walks the frames
 # above forward and gc.get_objects() for anything that looks like timing or verdict bookkeeping (lists of

@@ -1,7 +1,7 @@
 # ruff: noqa  (hostile or templated submission source: placeholders like __PORT__ are filled by the test)
 # White-box 5: patches that exist only inside one call (made at the start of forward, gone by the answer).
 #
-# Written from kernel_service/candidate.py and transport.py: after forward returns, the side describes
+# Written from kernel_service/workers/candidate.py and transport.py: after forward returns, the side describes
 # its outputs with transport.encode (a tensor inside the input arena is named there, "loc": "in";
 # anything else is copied into the judge's output arena with Tensor.copy_). Once timed (after the
 # probe, or after its fourth call), for this one call only, forward:
@@ -28,7 +28,7 @@ import torch
 import torch.nn as nn
 
 try:
-    transport = importlib.import_module("kernel_service.transport")
+    transport = importlib.import_module("kernel_service.judging.transport")
 except ImportError:  # a single-process harness has no transport
     transport = None
 state = {"timed": False, "calls": 0, "said": set()}
@@ -109,12 +109,12 @@ def one_shot_clocks(started):
 
 def one_shot_comparisons():
     for mod_name, fn_name in (
-        ("kernel_service.compare", "compare_outputs"),
-        ("kernel_service.judge", "compare_outputs"),
+        ("kernel_service.judging.compare", "compare_outputs"),
+        ("kernel_service.kernelbench.judge", "compare_outputs"),
     ):
         try:
             mod = importlib.import_module(mod_name)
-            ok = importlib.import_module("kernel_service.compare").Comparison(True, "", 0.0, 0.0)
+            ok = importlib.import_module("kernel_service.judging.compare").Comparison(True, "", 0.0, 0.0)
             once(mod, fn_name, lambda original: lambda *a, **k: ok)
         except Exception as exc:
             say(f"WB-MISS {mod_name}.{fn_name}: {type(exc).__name__}")

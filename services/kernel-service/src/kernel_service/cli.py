@@ -10,7 +10,8 @@ from typing import Any
 
 import click
 
-from .schemas import MAX_TOLERANCE, EvalOptions, KernelEvalRequest, KernelEvalResponse, Outcome
+from .judging.schemas import MAX_TOLERANCE, EvalOptions, Outcome
+from .kernelbench.schemas import KernelEvalRequest, KernelEvalResponse
 from .service import KernelService, KernelServiceConfig
 
 

@@ -23,7 +23,8 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from .schemas import KernelEvalResponse, Outcome
+from .judging.schemas import Outcome
+from .kernelbench.schemas import KernelEvalResponse
 
 logger = logging.getLogger(__name__)
 

@@ -40,28 +40,19 @@ from benchmark_runner.schemas import EvalResultData, EvalStatus, ScoreRequest, S
 from benchmark_runner.service import BenchmarkService
 
 from .backendbench.schemas import BackendBenchEvalRequest, BackendBenchEvalResponse
-from .backendbench.service import run_batch_in_pool, run_in_pool, suite_tasks
-from .build_cache import BUILT_MARKER, BuildCache
-from .datasets import ProblemStore
-from .executor import JobRunner
-from .metrics import TaskOutcome, kernelbench_metrics
-from .mps import MpsDaemon
-from .pool import KILL_GRACE_S, Reply, WorkerConfig, WorkerPool, detect_gpus, worker_gpu
+from .backendbench_service import run_batch_in_pool, run_in_pool, suite_tasks
+from .judging.schemas import COMPILED_BACKENDS, GPU_BACKENDS, Outcome, TimingStats, excerpt
+from .kernelbench.datasets import ProblemStore
+from .kernelbench.metrics import TaskOutcome, kernelbench_metrics
+from .kernelbench.schemas import Elapsed, KernelEvalRequest, KernelEvalResponse
 from .result_cache import ResultCache, result_key
-from .schemas import (
-    COMPILED_BACKENDS,
-    GPU_BACKENDS,
-    Elapsed,
-    EvaluateAnyRequest,
-    EvaluateAnyResponse,
-    KernelEvalRequest,
-    KernelEvalResponse,
-    Outcome,
-    TimingStats,
-    excerpt,
-)
+from .schemas import EvaluateAnyRequest, EvaluateAnyResponse
 from .shared_run import SharedRun
-from .work_dirs import make_work_dir, sweep_dead_work_dirs
+from .workers.build_cache import BUILT_MARKER, BuildCache
+from .workers.executor import JobRunner
+from .workers.mps import MpsDaemon
+from .workers.pool import KILL_GRACE_S, Reply, WorkerConfig, WorkerPool, detect_gpus, worker_gpu
+from .workers.work_dirs import make_work_dir, sweep_dead_work_dirs
 
 logger = logging.getLogger(__name__)
 
@@ -195,7 +186,7 @@ class KernelService(BenchmarkService):
         if cfg.executor not in ("local", "ray"):
             raise ValueError(f"executor: expected 'local' or 'ray', got {cfg.executor!r}")
         if cfg.executor == "ray":
-            from .ray_executor import RayCluster
+            from .workers.ray_executor import RayCluster
 
             self._ray = await anyio.to_thread.run_sync(RayCluster.connect, cfg.ray_address)
             self.gpus = self._ray.gpu_ids(cfg.gpus)
@@ -382,7 +373,7 @@ class KernelService(BenchmarkService):
         self, requests: list[KernelEvalRequest | BackendBenchEvalRequest | EvaluateAnyRequest]
     ) -> list[KernelEvalResponse | EvalResultData]:
         """``POST /v1/evaluate-batch``: the BackendBench requests judged together (a few worker jobs for
-        all of them: ``backendbench.service.run_batch_in_pool``), the others one by one, concurrently."""
+        all of them: ``backendbench_service.run_batch_in_pool``), the others one by one, concurrently."""
         reqs = [r.root if isinstance(r, EvaluateAnyRequest) else r for r in requests]
         answers: list[KernelEvalResponse | EvalResultData | None] = [None] * len(reqs)
         batch = [i for i, r in enumerate(reqs) if isinstance(r, BackendBenchEvalRequest)]
@@ -699,7 +690,7 @@ class KernelService(BenchmarkService):
     ) -> BackendBenchEvalResponse:
         """One op's kernel on a (sandboxed) eval worker; a timeout or a dead worker becomes a verdict.
 
-        ``backendbench.service.run_in_pool`` on whichever executor this service uses.
+        ``backendbench_service.run_in_pool`` on whichever executor this service uses.
         """
         if self.eval_pool is None:
             raise RuntimeError("KernelService.startup() was not called")

@@ -12,10 +12,10 @@ from typing import Any
 
 import torch
 
-from ..harness import HarnessError
-from ..judging import foreign, snapshot, unwrap
-from ..schemas import Outcome
-from ..transport import extent, layout_bytes
+from ..judging.harness import HarnessError
+from ..judging.judging import foreign, snapshot, unwrap
+from ..judging.schemas import Outcome
+from ..judging.transport import extent, layout_bytes
 from .case_cache import Answer
 from .compare import compare, tolerance
 from .detect import packet_name
@@ -143,13 +143,13 @@ def _side_aliases(out: Any, packed: Any) -> list[int | None]:
 
 
 def dtype_of_name(name: str) -> torch.dtype:
-    from ..transport import DTYPES
+    from ..judging.transport import DTYPES
 
     return DTYPES[name]
 
 
 def _refs(packed: Any) -> list[Any]:
-    from ..transport import Ref
+    from ..judging.transport import Ref
 
     if isinstance(packed, Ref):
         return [packed]
@@ -161,7 +161,7 @@ def _refs(packed: Any) -> list[Any]:
 
 
 def _outputs(out: Any) -> list[Any]:
-    from ..transport import OutputTensor
+    from ..judging.transport import OutputTensor
 
     if isinstance(out, OutputTensor):
         return [out]

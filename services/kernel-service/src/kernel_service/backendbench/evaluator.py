@@ -29,11 +29,11 @@ from typing import Any
 
 import torch
 
-from .. import profiling, transport
-from ..harness import HarnessError, seed_all
-from ..judging import Judge, Run, unwrap
-from ..schemas import Outcome
-from ..transport import layout_bytes
+from ..judging import profiling, transport
+from ..judging.harness import HarnessError, seed_all
+from ..judging.judging import Judge, Run, unwrap
+from ..judging.schemas import Outcome
+from ..judging.transport import layout_bytes
 from .case_cache import CaseCache, key_of
 from .checks import groupable, grouped_check, input_groups, side_check
 from .compare import tolerance
@@ -61,8 +61,8 @@ _default_judge: list[Judge] = []
 
 def default_judge() -> Judge:
     if not _default_judge:
-        from ..harness import probe_environment
-        from ..sandbox import HardenPolicy
+        from ..judging.harness import probe_environment
+        from ..judging.sandbox import HardenPolicy
 
         tmp = Path(tempfile.mkdtemp(prefix="backendbench-judge-"))
         _default_judge.append(Judge(probe_environment(), HardenPolicy(writable=[tmp], landlock=False), tmp))

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from ..harness import seed_all
+from ..judging.harness import seed_all
 from .cases import Case, DispatchRecorder, UnknownOpError, matches_op, overload_key
 from .catalog import DATA_DIR, INDEX_FORMAT, OPINFO_INDEX, index_provenance, opinfo_index, read_index
 from .traces import UPSTREAM_UNSUPPORTED
@@ -153,7 +153,7 @@ def _close(a: Any, b: Any) -> bool:
 
 
 def _seed(seed: int) -> None:
-    """``set_rng_seed(seed)`` of PyTorch's test utilities (see :func:`~kernel_service.harness.seed_all`)."""
+    """``set_rng_seed(seed)`` of PyTorch's test utilities (see :func:`~kernel_service.judging.harness.seed_all`)."""
     import numpy as np
 
     seed_all(seed)
@@ -210,7 +210,7 @@ def traced_samples(info: Any, device: str, dtype: torch.dtype) -> Iterator[Trace
 
 def _crosses(value: Any) -> bool:
     """Whether every tensor in ``value`` can be passed to a side process (dense, a known dtype)."""
-    from ..transport import DTYPES
+    from ..judging.transport import DTYPES
 
     if isinstance(value, torch.Tensor):
         return value.layout == torch.strided and str(value.dtype).removeprefix("torch.") in DTYPES

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from ..harness import HarnessError, fresh_seed, seed_all
-from ..judging import Call, Run, calibrate, net, reading_count, reading_size
-from ..schemas import Outcome
-from ..timing import CpuTimer, GpuTimer, PrepError, Timer
+from ..judging.harness import HarnessError, fresh_seed, seed_all
+from ..judging.judging import Call, Run, calibrate, net, reading_count, reading_size
+from ..judging.schemas import Outcome
+from ..judging.timing import CpuTimer, GpuTimer, PrepError, Timer
 from .compare import compare
 from .prepared import Prepared, Sides, load_kernel, quiet, tensors_in, trim
 from .schemas import InputResult

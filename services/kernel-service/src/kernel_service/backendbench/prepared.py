@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from ..harness import usable_build_dir
-from ..judging import Run
+from ..judging.harness import usable_build_dir
+from ..judging.judging import Run
 from .case_cache import Answer, CaseCache
 from .schemas import BackendBenchEvalRequest, BackendBenchEvalResponse
 from .suites import Case

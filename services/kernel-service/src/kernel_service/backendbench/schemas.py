@@ -12,8 +12,8 @@ from pydantic import Field, field_validator, model_validator
 
 from benchmark_runner.schemas import EvalResultData, EvalStatus, StrictModel
 
-from ..bounds import BoundedModel
-from ..profile_schemas import EvalProfile
+from ..judging.bounds import BoundedModel
+from ..judging.profile_schemas import EvalProfile
 
 SUITES = ("smoke", "opinfo", "torchbench", "facto")
 Suite = Literal["smoke", "opinfo", "torchbench", "facto"]

@@ -1,8 +1,8 @@
-"""How BackendBench timings are taken (the judge's timers: ``kernel_service.timing``)."""
+"""How BackendBench timings are taken (the judge's timers: ``kernel_service.judging.timing``)."""
 
 from __future__ import annotations
 
-from ..timing import CpuTimer, GpuTimer
+from ..judging.timing import CpuTimer, GpuTimer
 
 
 def timing_method(device: str) -> str:

@@ -181,7 +181,7 @@ def ncu_report(
     cmd = [
         ncu, "--csv", "--page", "raw", "--profile-from-start", "off", "--launch-count", str(NCU_LAUNCH_COUNT),
         "--metrics", ",".join(NCU_METRICS.values()), "--log-file", str(log),
-        sys.executable, "-m", "kernel_service.profiling", "replay", str(spec),
+        sys.executable, "-m", "kernel_service.judging.profiling", "replay", str(spec),
     ]  # fmt: skip
     try:
         proc = subprocess.run(
@@ -246,7 +246,7 @@ def _number(value: str | None) -> float | None:
 
 
 def replay(spec_path: str) -> None:
-    """``python -m kernel_service.profiling replay SPEC`` (under ncu): rebuild the model (or import the
+    """``python -m kernel_service.judging.profiling replay SPEC`` (under ncu): rebuild the model (or import the
     BackendBench kernel's function), warm it up, then one call between ``cudaProfilerStart`` and ``Stop``
     (what ncu measures, with ``--profile-from-start off``)."""
     import torch
@@ -349,4 +349,4 @@ if __name__ == "__main__":  # pragma: no cover - run by ncu in a side's child pr
     if len(sys.argv) == 3 and sys.argv[1] == "replay":
         replay(sys.argv[2])
     else:
-        sys.exit("usage: python -m kernel_service.profiling replay SPEC")
+        sys.exit("usage: python -m kernel_service.judging.profiling replay SPEC")

@@ -1,5 +1,5 @@
 """KernelBench's judge: evaluates one submission without ever running its code (the judge's state,
-:class:`~kernel_service.judging.Judge` and :class:`~kernel_service.judging.Run`, is ``judging.py``).
+:class:`~kernel_service.judging.judging.Judge` and :class:`~kernel_service.judging.judging.Run`, is ``judging.py``).
 
 The judge (the eval worker's own process) loads the reference module only for ``get_inputs`` and
 ``get_init_inputs``, draws every seed, makes every input, decides which outputs are checked, compares,
@@ -27,9 +27,9 @@ from typing import Any
 
 import torch
 
-from . import profiling, transport
-from .compare import compare_outputs, default_tolerance, flatten_outputs
-from .harness import (
+from ..judging import profiling, transport
+from ..judging.compare import compare_outputs, default_tolerance, flatten_outputs
+from ..judging.harness import (
     Environment,
     HarnessError,
     Job,
@@ -43,7 +43,7 @@ from .harness import (
     resolve_device,
     usable_build_dir,
 )
-from .judging import (
+from ..judging.judging import (
     PRECISE_MIN_READINGS,
     Call,
     Judge,
@@ -59,13 +59,8 @@ from .judging import (
     snapshot,
     unwrap,
 )
-from .schemas import PRECISION_TOLERANCE, Outcome, TimingStats, excerpt, reward_for
-from .timing import (
-    CpuTimer,
-    GpuTimer,
-    PrepError,
-    Timer,
-)
+from ..judging.schemas import PRECISION_TOLERANCE, Outcome, TimingStats, excerpt, reward_for
+from ..judging.timing import CpuTimer, GpuTimer, PrepError, Timer
 
 #: Stop timing early (keeping what was measured) once this share of the job's timeout is spent.
 TIMING_BUDGET_SHARE = 0.6

@@ -1,4 +1,4 @@
-"""Worker subprocess: ``python -m kernel_service.worker --result-fd N --worker-id ID --tmp DIR``.
+"""Worker subprocess: ``python -m kernel_service.workers.worker --result-fd N --worker-id ID --tmp DIR``.
 
 Reads one JSON job per line on stdin; writes JSON messages, one per line, on the dedicated result
 fd (never on stdout: the solution may print anything, so fds 1 and 2 point at a capture file that the
@@ -30,7 +30,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from . import sandbox
+from ..judging import sandbox
 
 #: Name of the capture file (solution stdout/stderr) inside the worker's temp dir.
 #: Where a fatal signal's Python traceback goes (faulthandler), inside the worker's temp dir; the
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     # The zygote starts before this process restricts itself: the side processes it forks then carry
     # only their own Landlock domain (their CUDA driver must write under their own /proc/<pid>, which a
     # domain inherited from the judge would forbid). It runs no code it is sent.
-    from .sides import Zygote
+    from ..judging.sides import Zygote
 
     tmp.mkdir(parents=True, exist_ok=True)
     zygote = Zygote(tmp / "zygote-log.txt") if args.worker_id.startswith("eval") else None
@@ -195,8 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     import torch  # the expensive import, paid once per worker
 
-    from . import harness, integrity
-    from .judging import Judge
+    from ..judging import harness, integrity
+    from ..judging.judging import Judge
 
     preimport()
     env = harness.probe_environment()
@@ -291,19 +291,19 @@ def _reporter(channel: Channel, job_id: str, cancel_file: Path) -> Any:
 def _run_job(raw: dict[str, Any], jobdir: Path, env: Any, judge: Any, report: Any) -> dict[str, Any]:
     kind = raw.get("kind", "kernelbench")
     if kind == "backendbench":
-        from .backendbench.evaluator import evaluate as bb_evaluate
+        from ..backendbench.evaluator import evaluate as bb_evaluate
 
         return dict(bb_evaluate(raw["request"], judge))
     if kind == "backendbench_batch":  # many kernels of one run: one verdict each
-        from .backendbench.evaluator import evaluate_batch
+        from ..backendbench.evaluator import evaluate_batch
 
         return evaluate_batch(raw["requests"], judge)
-    from . import harness
+    from ..judging import harness
 
     job = harness.Job.from_dict(raw)
     if job.mode == "compile":
         return harness.compile_only(job, jobdir, env, report)
-    from .judge import evaluate
+    from ..kernelbench.judge import evaluate
 
     return evaluate(judge, job, jobdir, env, report)
 

@@ -27,8 +27,8 @@ from typing import Any
 
 import torch
 
-from . import cuda_ipc, transport
-from .sandbox import HardenPolicy, harden_worker
+from ..judging import cuda_ipc, transport
+from ..judging.sandbox import HardenPolicy, harden_worker
 
 MAX_TEXT = 4000
 
@@ -71,7 +71,7 @@ class Side:
         return result
 
     def op_setup(self, msg: dict[str, Any]) -> dict[str, Any]:
-        from .harness import apply_tf32
+        from ..judging.harness import apply_tf32
 
         self.device = torch.device(msg["device"])
         os.environ["TORCH_EXTENSIONS_DIR"] = msg["build_dir"]
@@ -81,7 +81,7 @@ class Side:
         return {"ok": True, "pid": os.getpid()}
 
     def op_load_model(self, msg: dict[str, Any]) -> dict[str, Any]:
-        from .harness import build_model, load_module, precision_dtype, reset_extension_versioner
+        from ..judging.harness import build_model, load_module, precision_dtype, reset_extension_versioner
 
         reset_extension_versioner()
         try:
@@ -107,7 +107,7 @@ class Side:
         return {"ok": True}
 
     def op_load_fn(self, msg: dict[str, Any]) -> dict[str, Any]:
-        from .harness import load_module
+        from ..judging.harness import load_module
 
         try:
             module = load_module(msg["source"], "kernel", self.workdir)
@@ -207,8 +207,8 @@ class Side:
                 out = fn(*args, **kwargs)
                 self.done.record()
             elif msg.get("record"):  # BackendBench: which aten ops the kernel called (advisory)
-                from .backendbench.detect import packet_name
-                from .backendbench.suites import DispatchRecorder
+                from ..backendbench.detect import packet_name
+                from ..backendbench.suites import DispatchRecorder
 
                 rec = DispatchRecorder()
                 try:
@@ -239,7 +239,7 @@ class Side:
 
     def op_probe(self, msg: dict[str, Any]) -> dict[str, Any]:
         """One untimed call under ``KernelProbe``: which custom kernels ran (advisory; the side could lie)."""
-        from . import integrity
+        from ..judging import integrity
 
         probe = integrity.KernelProbe(integrity.default_trusted_roots())
         try:
@@ -259,7 +259,7 @@ class Side:
         """Warm-up calls, then one call under torch.profiler (``profiling.profile_call``), and with
         ``ncu``, Nsight Compute's metrics of the heaviest kernel. Advisory: the judge only reports it.
         ``overload``: the aten op of that name instead of the loaded callable (a BackendBench reference)."""
-        from . import profiling
+        from ..judging import profiling
 
         try:
             fn = self._op(msg["overload"]) if msg.get("overload") else self.fn

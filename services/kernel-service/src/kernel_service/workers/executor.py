@@ -1,5 +1,5 @@
-"""What the service needs from whatever runs its jobs: the local :class:`~kernel_service.pool.WorkerPool`
-or the Ray actor pool (:mod:`kernel_service.ray_executor`) — same jobs in, same :class:`Reply` out."""
+"""What the service needs from whatever runs its jobs: the local :class:`~kernel_service.workers.pool.WorkerPool`
+or the Ray actor pool (:mod:`kernel_service.workers.ray_executor`) — same jobs in, same :class:`Reply` out."""
 
 from __future__ import annotations
 

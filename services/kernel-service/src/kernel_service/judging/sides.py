@@ -64,14 +64,21 @@ class Tail:
 
 
 class Zygote:
-    """The judge's fork server (``kernel_service.zygote``), started once per judge."""
+    """The judge's fork server (``kernel_service.workers.zygote``), started once per judge."""
 
     def __init__(self, log: Path, preimport: bool = True) -> None:
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         flags = [] if preimport else ["--no-preimport"]
         with open(log, "ab") as out:  # never the judge's fds 1/2: they may be a job's capture pipe
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "kernel_service.zygote", "--sock", str(theirs.fileno()), *flags],
+                [
+                    sys.executable,
+                    "-m",
+                    "kernel_service.workers.zygote",
+                    "--sock",
+                    str(theirs.fileno()),
+                    *flags,
+                ],
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
                 stdout=out,

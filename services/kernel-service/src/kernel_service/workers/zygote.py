@@ -1,4 +1,4 @@
-"""A clean process that forks side processes: ``python -m kernel_service.zygote --sock FD``.
+"""A clean process that forks side processes: ``python -m kernel_service.workers.zygote --sock FD``.
 
 The judge starts one zygote when it starts. The zygote imports torch (and what submissions commonly
 import) once, never initialises CUDA (a forked CUDA context is unusable) and never runs code it is sent,
@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sock", type=int, required=True)
     parser.add_argument("--no-preimport", action="store_true")
     args = parser.parse_args(argv)
-    from .sandbox import die_with_parent
+    from ..judging.sandbox import die_with_parent
 
     die_with_parent()  # a judge killed mid-import of torch here must not leave the zygote behind
     # Never initialise CUDA here (torch's CUDA availability check through NVML does not): a fork of a
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGCHLD, reap)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
-    from .sandbox import become_subreaper
+    from ..judging.sandbox import become_subreaper
 
     become_subreaper()  # what a side daemonises is reparented here, where "sweep" finds it
 
@@ -179,7 +179,7 @@ def _freeze(side: int, spare: set[int]) -> set[int]:
     not a side in ``spare``), until a scan finds no process of theirs still running: a process forked
     between a scan and the stop is found by the next scan, and a stopped process forks nothing.
     Returns once each is really stopped, so nothing of the side runs while another side is timed."""
-    from .sandbox import parent_pids
+    from ..judging.sandbox import parent_pids
 
     held: set[int] = set()
     me = os.getpid()
@@ -209,7 +209,7 @@ def _freeze(side: int, spare: set[int]) -> set[int]:
 
 
 def _sweep(statuses: dict[int, int]) -> int:
-    from .sandbox import child_pids
+    from ..judging.sandbox import child_pids
 
     n = 0
     for _ in range(5):

@@ -22,10 +22,10 @@ from pydantic import ValidationError
 from benchmark_runner.schemas import EvalResultData
 from benchmark_runner.service import BenchmarkService
 
-from ..executor import JobRunner
-from ..pool import KILL_GRACE_S, WorkerConfig, WorkerPool, detect_gpus
-from .schemas import SUITES, BackendBenchEvalRequest, BackendBenchEvalResponse
-from .suites import UnknownOpError, suite_ops
+from .backendbench.schemas import SUITES, BackendBenchEvalRequest, BackendBenchEvalResponse
+from .backendbench.suites import UnknownOpError, suite_ops
+from .workers.executor import JobRunner
+from .workers.pool import KILL_GRACE_S, WorkerConfig, WorkerPool, detect_gpus
 
 
 async def run_in_pool(pool: JobRunner, request: BackendBenchEvalRequest) -> BackendBenchEvalResponse:

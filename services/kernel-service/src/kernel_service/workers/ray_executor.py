@@ -1,4 +1,4 @@
-"""Ray executor: the same jobs and replies as the local :class:`~kernel_service.pool.WorkerPool`, run by
+"""Ray executor: the same jobs and replies as the local :class:`~kernel_service.workers.pool.WorkerPool`, run by
 actors spread over a Ray cluster (``kernel-service serve --executor ray --address ADDR|local``).
 
 Each actor owns one warm, sandboxed worker subprocess (a one-slot ``WorkerPool``), so a Ray node keeps
@@ -9,7 +9,7 @@ keeps one queue of idle actors per role, so compiles (CPU nodes) and timing (GPU
 as with local pools, and an actor that dies (node lost) is replaced.
 
 The build cache must be visible at the same path on every node (a shared filesystem): builds are not
-relocatable (see :mod:`kernel_service.build_cache`). ``ray`` is an optional dependency
+relocatable (see :mod:`kernel_service.workers.build_cache`). ``ray`` is an optional dependency
 (``pip install 'ray>=2.9'``; the ``ray`` extra of llmbench-kernel-service).
 """
 
@@ -71,7 +71,7 @@ class WorkerActor:
 
 
 class RayActorPool:
-    """Idle actors in a queue, one per slot: the :class:`~kernel_service.executor.JobRunner` API."""
+    """Idle actors in a queue, one per slot: the :class:`~kernel_service.workers.executor.JobRunner` API."""
 
     def __init__(self, config: WorkerConfig, devices: list[str | None], actor_cls: Any) -> None:
         if not devices:

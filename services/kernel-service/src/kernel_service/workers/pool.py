@@ -1,6 +1,6 @@
 """Parent side of the workers: spawn, talk JSON over a pipe, time out, kill, replace.
 
-A :class:`WorkerProcess` is one persistent ``kernel_service.worker`` subprocess (warm: torch imported
+A :class:`WorkerProcess` is one persistent ``kernel_service.workers.worker`` subprocess (warm: torch imported
 once) in its own session, inside fresh PID + network + mount namespaces where the host allows it
 (``sandbox.launch_prefix``: bubblewrap, else ``unshare``), with an allow-listed environment (never the
 service's secrets), so a kill of its process group, or the death of its PID 1, takes every process the
@@ -36,9 +36,9 @@ import anyio
 
 from benchmark_runner.service.caller import current_caller
 
-from . import sandbox
-from .metrics import WorkMeter
-from .sandbox import Launcher
+from ..judging import sandbox
+from ..judging.sandbox import Launcher
+from ..kernelbench.metrics import WorkMeter
 from .scheduling import FairScheduler
 from .worker import CANCEL_FILE, FAULT_LOG_NAME, read_tail
 
@@ -193,7 +193,7 @@ class WorkerProcess:
         cmd = [
             sys.executable,
             "-m",
-            "kernel_service.worker",
+            "kernel_service.workers.worker",
             "--result-fd",
             str(wfd),
             "--worker-id",
@@ -399,7 +399,7 @@ class WorkerProcess:
 
 def _code_dirs() -> list[Path]:
     """Where this package and ``benchmark_runner`` are imported from (the worker must read them)."""
-    dirs = [Path(__file__).resolve().parent.parent]
+    dirs = [Path(__file__).resolve().parents[2]]  # the directory kernel_service is imported from
     try:
         import benchmark_runner
 

@@ -1,0 +1,2 @@
+"""KernelBench's room: its judge (``judge.py``), its request and response (``schemas.py``), the problem
+sources (``datasets.py``) and its metrics (``metrics.py``). Imports only the judge core (``judging``)."""
