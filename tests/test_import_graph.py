@@ -1,4 +1,5 @@
-"""No import circles among our own modules (``src/`` and ``services/kernel-service/src``).
+"""No import circles among our own modules (``src/`` and ``services/kernel-service/src``), and the kernel
+service's rooms import only downwards (``ROOMS``: the judge core, the two benchmarks, the workers, the service).
 
 The graph is read from the source with :mod:`ast`, nothing is imported. A module's edges are every
 ``import``/``from ... import`` it holds, at module level and inside functions alike: a deferred import
@@ -162,3 +163,71 @@ def test_the_check_can_fail(tmp_path: Path) -> None:
     (pkg / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import d\n")
     (pkg / "d.py").write_text("import pkg.c\n")
     assert cycles(import_graph((tmp_path,))) == [["pkg.a", "pkg.sub.b"]]
+
+
+# ---- the kernel service's rooms -----------------------------------------------------------------------
+
+#: The kernel service's rooms, lowest first (services/kernel-service/README.md, "Architecture"): a module
+#: may import its own room and the rooms below it; the two benchmarks, on one level, not each other.
+ROOMS: tuple[tuple[str, int], ...] = (
+    ("kernel_service.judging", 0),  # the judge core both benchmarks share
+    ("kernel_service.kernelbench", 1),
+    ("kernel_service.backendbench", 1),
+    ("kernel_service.workers", 2),  # the process runtime: pools, workers, zygote, side processes
+)
+#: Everything else in ``kernel_service`` (service, cli, the result cache...) is the top room.
+TOP = ("kernel_service", 3)
+
+
+def room_of(module: str) -> tuple[str, int] | None:
+    """The room of ``module`` and its level; None outside the kernel service."""
+    for room, level in ROOMS:
+        if module == room or module.startswith(room + "."):
+            return room, level
+    if module == TOP[0] or module.startswith(TOP[0] + "."):
+        return TOP
+    return None
+
+
+def room_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Each import that goes up a room, or across between the two benchmarks' rooms."""
+    found = []
+    for name, targets in sorted(graph.items()):
+        mine = room_of(name)
+        if mine is None:
+            continue
+        for target in sorted(targets):
+            theirs = room_of(target)
+            if theirs is None or theirs[0] == mine[0]:
+                continue
+            if theirs[1] >= mine[1]:
+                found.append(f"{name} ({mine[0]}) imports {target} ({theirs[0]})")
+    return found
+
+
+def test_the_kernel_service_rooms_import_only_downwards() -> None:
+    """The judge core imports no benchmark, runtime or service module; KernelBench and BackendBench
+    import neither each other nor the runtime or the service; the runtime imports no service module."""
+    graph = import_graph()
+    assert "kernel_service.judging.judging" in graph and "kernel_service.workers.worker" in graph
+    found = room_violations(graph)
+    assert found == [], "imports against the rooms' order:\n" + "\n".join(found)
+
+
+def test_the_room_check_can_fail() -> None:
+    graph = {
+        "kernel_service.judging.harness": {"kernel_service.judging.schemas", "kernel_service.workers.pool"},
+        "kernel_service.kernelbench.judge": {
+            "kernel_service.judging.harness",
+            "kernel_service.backendbench.x",
+        },
+        "kernel_service.workers.pool": {"kernel_service.service", "kernel_service.kernelbench.judge"},
+        "kernel_service.service": {"kernel_service.workers.pool", "benchmark_runner.service"},
+    }
+    assert room_violations(graph) == [
+        "kernel_service.judging.harness (kernel_service.judging) imports kernel_service.workers.pool "
+        "(kernel_service.workers)",
+        "kernel_service.kernelbench.judge (kernel_service.kernelbench) imports kernel_service.backendbench.x "
+        "(kernel_service.backendbench)",
+        "kernel_service.workers.pool (kernel_service.workers) imports kernel_service.service (kernel_service)",
+    ]
