@@ -14,6 +14,10 @@ requests share one evaluation (``SharedRun``), which is cancelled only when the 
 Without a ``work_dir`` the service makes its own under the system temp dir, named after its process
 (``kernel-service-<pid namespace>.<pid>.<start time>-*``); each start removes those whose process is
 dead (a service killed with ``kill -9`` cannot remove its own).
+
+Over 600 lines for one class: ``KernelService`` is the one place where a request meets the pools, the
+caches and the datasets (its config and the reference-timing cache are the rest); the benchmarks' own
+code lives in their rooms (``kernelbench/``, ``backendbench/``, ``backendbench_service.py``).
 """
 
 from __future__ import annotations
