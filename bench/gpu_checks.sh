@@ -5,6 +5,7 @@
 #   bash bench/gpu_checks.sh [STEP ...]     steps: tests adversarial fidelity backendbench level1 runner_start
 #                                            multigpu adversarial_gpu1 level1_one (two or more GPUs: see below)
 #                                            precision level1_bf16 compile_bf16 profile (issue 31: fp16/bf16 and profiles)
+#                                            loaded (issue 30: honest kernels timed while 12 CUDA builds run)
 #
 # With no STEP: tests adversarial fidelity backendbench level1. Each step's command and what it measures are
 # in BENCHMARKS.md (the BackendBench step includes the timing self-check, each smoke op against itself).
@@ -46,11 +47,12 @@ step() {  # name, seconds, command...
 
 for s in "${steps[@]}"; do
   case $s in
-    tests) step tests 240 python3 -m pytest -m gpu tests/kernel_service/test_gpu.py tests/backendbench/test_gpu_backendbench.py -q -p no:cacheprovider ;;
+    tests) step tests 300 python3 -m pytest -m gpu tests/kernel_service/test_gpu.py tests/backendbench/test_gpu_backendbench.py tests/adversarial/test_adv_reading_calls_gpu.py -q -p no:cacheprovider -rA ;;
     multigpu) step multigpu 240 python3 -m pytest -m gpu tests/kernel_service/test_gpu_multi.py -q -p no:cacheprovider ;;
     adversarial_gpu1) step adversarial_gpu1 120 python3 bench/adversarial/run_gpu.py --gpus 1 --out "$OUT/adversarial_gpu1.json" ;;
     adversarial) step adversarial 75 python3 bench/adversarial/run_gpu.py --out "$OUT/adversarial.json" ;;
-    fidelity) step fidelity 60 python3 bench/timing_fidelity.py --calls 100 --mps off --jobs 2 --out "$OUT/fidelity.json" ;;
+    loaded) step loaded 420 python3 bench/loaded_fidelity.py --builds 12 --storm-s ${STORM_S:-240} --out "$OUT/loaded.json" ;;
+    fidelity) step fidelity 120 python3 bench/timing_fidelity.py --calls 100 --mps off --jobs 2 --out "$OUT/fidelity.json" ;;
     backendbench)
       h100_index
       step backendbench 300 python3 bench/backendbench_suite_speed.py --index auto --runs 2 --out "$OUT/backendbench.json" ${BB_ARGS:-} ;;

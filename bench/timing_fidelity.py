@@ -111,6 +111,27 @@ def get_init_inputs():
 )
 SHORT_NEW = CHAIN_NEW.replace("tl.maximum(x * 2.0 + 1.0, 0.0)", "tl.maximum(x, 0.0)")
 
+#: Issue 30: a fast kernel whose parameters are tens of MB (W: 4096^2 fp32, 64 MB, beyond an H100's 50 MB
+#: L2): the rewrite reads W once a call, so it is fast only if W is not left in L2 by the call before.
+WEIGHTS_REF = (
+    HEADER
+    + """
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4096, 4096) / 64)
+    def forward(self, x):
+        return (x @ self.w).sum(1)
+def get_inputs():
+    return [torch.randn(2048, 4096)]
+def get_init_inputs():
+    return []
+"""
+)
+WEIGHTS_NEW = WEIGHTS_REF.replace("class Model(", "class ModelNew(").replace(
+    "return (x @ self.w).sum(1)", "return x @ self.w.sum(1)"
+)
+
 SIDE_STREAM = (
     HEADER
     + """
@@ -141,6 +162,12 @@ KERNELS: list[dict[str, Any]] = [
         "expect": "~3x",
     },
     {"name": "compute_bound (4096^2 fp32 matmul)", "ref": MATMUL_REF, "new": MATMUL_NEW, "expect": "~1x"},
+    {
+        "name": "large weights (x @ W).sum(1) -> x @ W.sum(1), W 64 MB",
+        "ref": WEIGHTS_REF,
+        "new": WEIGHTS_NEW,
+        "expect": "~50x, ~30 us new",
+    },
     {
         "name": "short (8M-element relu, eager vs Triton)",
         "ref": SHORT_REF,

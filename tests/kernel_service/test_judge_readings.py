@@ -12,7 +12,7 @@ import pytest
 import torch
 from kernel_service.judging import timing, transport
 from kernel_service.judging.harness import HarnessError, probe_environment
-from kernel_service.judging.judging import Judge, Run, unwrap
+from kernel_service.judging.judging import LONE_REL, Judge, Run, host_capped, lone_bound, lone_ratio, unwrap
 from kernel_service.judging.sandbox import HardenPolicy
 from kernel_service.judging.schemas import Outcome
 from kernel_service.judging.timing import CpuTimer, calls_per_reading
@@ -185,3 +185,35 @@ def test_a_sides_readings_end_once_their_median_is_precise() -> None:
     assert precise(short, 0.0, 0.0025) and not precise(short, 0.3, 0.0025)
     # a few far-off readings (a host pause) do not stop a steady side from being precise
     assert precise(steady + [50.0, 80.0], 0.0, 0.0025)
+
+
+def test_a_readings_calls_are_cut_to_what_the_host_can_do_inside_the_gate() -> None:
+    """Issue 30: 256 calls of a 1x128 add took 47-65 ms of host work a reading on a busy H100 host."""
+    assert host_capped(256, 50_000.0, 256) == int(timing.READING_HOST_US // (50_000.0 / 256))
+    assert host_capped(256, 50_000.0, 256) < 256
+    assert host_capped(64, 3_000.0, 64) == 64  # quick host work: the count stands
+    assert host_capped(256, 3_000.0, 8) == int(timing.READING_HOST_US // (3_000.0 / 8))  # measured at 8
+    assert host_capped(16, 10_000_000.0, 16) == 1  # never below one call
+    assert host_capped(16, 0.0, 16) == 16
+
+
+def test_lone_calls_bound_the_candidates_per_call_time_by_the_references_ratio() -> None:
+    """Issue 30: a lone call of an honest 4-layer MLP read 61 us, 35 us a call at 33 a reading (H100)."""
+    null = 0.280
+    ratio = lone_ratio([0.035, 0.036, 0.034], [null + 0.061, null + 0.060, null + 0.062], null)
+    assert ratio is not None and abs(ratio - 0.035 / 0.061) < 1e-9
+    lone = [null + 0.060, null + 0.061, null + 0.062]  # the candidate's lone calls
+    honest = [0.035, 0.0355, 0.0345]
+    kept, info = lone_bound(honest, lone, null, ratio)
+    assert kept == honest and info["lone_bound"] == 0.0
+    batched = [0.009, 0.0095, 0.0085]  # the set batched into one call: ~4x faster a call in the readings
+    raised, info = lone_bound(batched, lone, null, ratio)
+    floor = 0.061 * ratio * (1 - LONE_REL)
+    assert info["lone_bound"] == 1.0
+    assert abs(sorted(raised)[1] - floor) < 1e-9  # the median raised to the floor, the spread kept
+    assert (
+        0.035 / sorted(raised)[1] <= 1 / (1 - LONE_REL) + 1e-9
+    )  # what batching gains against the honest side
+    assert lone_bound(batched, [], null, ratio) == (batched, {})  # no lone readings: nothing to bound with
+    assert lone_bound(batched, lone, null, None) == (batched, {})  # no reference ratio (one call a reading)
+    assert lone_ratio([0.01], [], null) is None

@@ -88,3 +88,15 @@ def test_tokens_and_cost() -> None:
     assert overall["cost_usd"] == pytest.approx(5000 * 2 / 1e6 + 1000 * 10 / 1e6)
     assert "cost_usd" not in summarize(FIXED)[0]
     assert math.isclose(groups["level1"]["n"], 2)
+
+
+def test_a_degraded_timing_counts_as_correct_and_never_as_faster() -> None:
+    """Issue 30: a speedup read with host time in it is unknown: fast_0 yes, fast_1 and the geomean no."""
+    results = [
+        TaskOutcome(True, 8.5, 0.0, "correct", timing_degraded=True),
+        TaskOutcome(True, 2.0, 1.0, "correct"),
+    ]
+    m = kernelbench_metrics(results)
+    assert m["fast_0"] == 1.0 and m["fast_1"] == 0.5 and m["fast_2"] == 0.0
+    assert m["geomean_speedup"] == 2.0
+    assert m["timing_degraded"] == 1.0

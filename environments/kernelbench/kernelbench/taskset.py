@@ -151,6 +151,11 @@ class KernelBenchRLTask(vf.Task[KernelBenchData, vf.State, vf.TaskConfig]):
         return float(value) if correct and isinstance(value, int | float) else 0.0
 
     @vf.metric
+    async def timing_degraded(self, trace: vf.Trace) -> float:
+        """1 when the final kernel's timing held host time: its reward then has no speed part (0 if correct)."""
+        return float(bool(self._evaluation(trace).data.details.get("timing_degraded")))
+
+    @vf.metric
     async def kernels(self, trace: vf.Trace) -> float:
         """Kernels the model submitted during the rollout."""
         return float(len(trace.info.get("kernels") or []))

@@ -37,6 +37,7 @@ def outcomes_from_evaluations(evaluations: list[EvalResult]) -> list[TaskOutcome
                 task_id=e.task_id,
                 prompt_tokens=int(usage.get("prompt_tokens") or 0),
                 completion_tokens=int(usage.get("completion_tokens") or 0),
+                timing_degraded=bool(d.get("timing_degraded")),
             )
         )
     return records

@@ -671,7 +671,10 @@ class KernelService(BenchmarkService):
         for e in request.evaluations:
             speedup = _positive(e.data.details.get("speedup") if isinstance(e.data.details, dict) else None)
             correct = e.data.status == EvalStatus.CORRECT
-            outcomes.append((e.task_id, TaskOutcome(correct, speedup, e.data.score)))
+            degraded = isinstance(e.data.details, dict) and bool(e.data.details.get("timing_degraded"))
+            outcomes.append(
+                (e.task_id, TaskOutcome(correct, speedup, e.data.score, timing_degraded=degraded))
+            )
             per_task.append(
                 TaskScore(task_id=e.task_id, status=e.data.status, score=e.data.score, outcome=e.data.outcome)
             )

@@ -184,6 +184,11 @@ class BackendBenchEvalResponse(StrictModel):
         default=None,
         description="GPU: the timed calls' gate (misses, final length, reply round trip, null call, us)",
     )
+    timing_degraded: bool = Field(
+        default=False,
+        description="GPU: some timed readings hold host time (they missed the longest gate): performance is "
+        "then 1 (speed unknown), the measured speedups stay in inputs",
+    )
     tolerances: dict[str, list[float]] = Field(default_factory=dict, description="dtype -> [atol, rtol]")
     torch_version: str = ""
     duration_s: float = 0.0

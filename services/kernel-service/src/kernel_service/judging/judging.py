@@ -35,6 +35,7 @@ from .schemas import Outcome
 from .sides import SideFault, SideProcess, Zygote
 from .timing import (
     GATE_TRIES,
+    READING_HOST_US,
     READING_TARGET_MS,
     CpuTimer,
     GatedSide,
@@ -53,6 +54,12 @@ MIN_READINGS = 10
 ESTIMATE_CALLS = 3
 #: Timed readings of a side before their precision (``EvalOptions.perf_precision``) may end its timing.
 PRECISE_MIN_READINGS = 20
+#: Readings of one call each that a side takes beside its readings of several (:func:`lone_bound`).
+LONE_READINGS = 10
+#: How far the candidate's per-call time may fall below its lone calls' (scaled by the reference's
+#: ratio) before they bound it: ten lone readings of a ~60 us call spread a few percent, and the null
+#: path's level differs by up to ~8 us between processes (BENCHMARKS.md, "Null-call levels").
+LONE_REL = 0.10
 #: GPU memory the judge may still hold after a job before its worker is replaced: one problem's
 #: inputs take gigabytes, and what the judge keeps the next job's two sides cannot allocate.
 JUDGE_LEAK_BYTES = 64 << 20
@@ -325,7 +332,7 @@ class Run:
                         partial(self.ask, role, msg),
                         read,
                         write,
-                        tries >= GATE_TRIES,
+                        tries >= GATE_TRIES or getattr(timer, "longest", False),
                         len(values) if many else 1,
                     )
                 except TimeoutError as exc:
@@ -335,7 +342,8 @@ class Run:
                     if ms is None:
                         continue  # the gate expired before the side answered: measure again
                     packed = msg["calls"] if drawing else packed
-                    return self._answered(role, values, many, Call(ms, reply["read"], reply, packed, arena))
+                    call = Call(ms, reply["read"], reply, packed, arena, getattr(timer, "host_timed", False))
+                    return self._answered(role, values, many, call)
             if isinstance(reply.get("need"), int) and 0 < reply["need"] < 1 << 40:
                 self.arena(role, "out", reply["need"])
                 continue
@@ -472,6 +480,8 @@ class Call:
     reply: dict[str, Any]
     packed: Any
     arena: transport.Arena
+    #: A timed reading that missed the longest gate: its ``ms`` holds host time (``timing.GATE_TRIES``).
+    host_timed: bool = False
 
     def inputs_after(self) -> Any:
         """The judge's views of this call's inputs as the side left them (in-place and out= results)."""
@@ -556,6 +566,49 @@ def candidate_reading_size(n: int, call_ms: float, cap: int, perf_trials: int) -
     Chosen by the candidate's own speed, it gains nothing by it: a slower warm-up only keeps ``n``."""
     want = cap if call_ms <= 0 else math.ceil(READING_TARGET_MS / call_ms)
     return max(n, min(want, cap, 2 * perf_trials // MIN_READINGS))
+
+
+def host_capped(calls: int, round_trip_us: float, measured_calls: int) -> int:
+    """``calls`` a reading, or fewer where a reading's host work (``round_trip_us``, measured on readings of
+    ``measured_calls`` calls) would outgrow ``READING_HOST_US``: a gate missed by the host is a reading
+    with host time in it, and a host busy compiling slows that work several times over."""
+    per_call = round_trip_us / max(measured_calls, 1)
+    if per_call <= 0:
+        return calls
+    return max(1, min(calls, int(READING_HOST_US // per_call)))
+
+
+def lone_ratio(per_call: list[float], lone_raw: list[float], null_ms: float) -> float | None:
+    """How a side's per-call time in readings of several calls compares with its lone calls' (<= 1 where
+    the lone calls cost more), or None without both kinds of readings."""
+    if not per_call or not lone_raw:
+        return None
+    lone = statistics.median(lone_raw) - null_ms
+    return statistics.median(per_call) / lone if lone > 0 else None
+
+
+def lone_bound(
+    per_call: list[float], lone_raw: list[float], null_ms: float, ratio: float | None
+) -> tuple[list[float], dict[str, float]]:
+    """The candidate's per-call times (from readings of several calls), raised where needed so that their
+    median is not below its lone calls' (``lone_raw``, less ``null_ms``) times ``ratio`` (the same
+    relation measured on the trusted reference side: :func:`lone_ratio`), less ``LONE_REL``.
+
+    Why: the calls of one reading are written before it starts and run by the side's own loop, so a side
+    can overlap them on streams, batch them into one call or find them in its frames; a lone call allows
+    none of that. A lone call also costs more than a call inside a reading for honest code (the first
+    kernels after the GPU switches contexts: a 4-layer MLP read 61 us lone and 35 us a call at 33 a
+    reading on the H100), hence the reference's ratio rather than the lone time itself. The rule is
+    continuous (the floor, not the lone time, once it binds)."""
+    if not lone_raw or not per_call or ratio is None:
+        return per_call, {}
+    lone = statistics.median(lone_raw) - null_ms
+    floor = lone * min(ratio, 1.0) * (1 - LONE_REL)
+    med = statistics.median(per_call)
+    info = {"lone_us": round(lone * 1e3, 3), "several_us": round(med * 1e3, 3), "lone_bound": 0.0}
+    if med >= floor or med <= 0:
+        return per_call, info
+    return [x * floor / med for x in per_call], {**info, "lone_bound": 1.0}
 
 
 def reading_count(perf_trials: int, calls: int) -> int:

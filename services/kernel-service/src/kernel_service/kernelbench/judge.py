@@ -44,6 +44,7 @@ from ..judging.harness import (
     usable_build_dir,
 )
 from ..judging.judging import (
+    LONE_READINGS,
     PRECISE_MIN_READINGS,
     Call,
     Judge,
@@ -51,8 +52,10 @@ from ..judging.judging import (
     calibrate,
     candidate_reading_size,
     foreign,
+    host_capped,
+    lone_bound,
+    lone_ratio,
     misplaced,
-    net,
     precise,
     reading_count,
     reading_size,
@@ -296,11 +299,15 @@ def _evaluate(
     speedup = timing.get("speedup") or (
         timing["ref"].median / timing["new"].median if timing["new"].median > 0 else None
     )
+    degraded = timing.get("degraded")
     return {
         **common,
         "outcome": Outcome.CORRECT.value,
-        "reward": reward_for(Outcome.CORRECT, speedup),
+        # a speedup read with host time in it earns nothing either way (README, "Busy hosts")
+        "reward": reward_for(Outcome.CORRECT, None if degraded else speedup),
         "speedup": speedup,
+        "timing_degraded": degraded is not None,
+        "timing_degraded_reason": degraded,
         "ref_timing": timing["ref"].model_dump(),
         "new_timing": timing["new"].model_dump(),
         "ref_timing_cached": timing["ref_cached"],
@@ -379,12 +386,18 @@ def _time(
 
     A reading is one request of ``n`` calls run back to back, each on values of its own (``n`` > 1 for
     calls under ``READING_TARGET_MS``: :func:`reading_size`; the candidate's ``m`` >= ``n``:
-    :func:`candidate_reading_size`), drawn into the side's arena after the reading's start, and every
-    output of every call is checked against the reference's for the same seed."""
+    :func:`candidate_reading_size`; both cut where a reading's host work would outgrow
+    ``READING_HOST_US``: :func:`host_capped`), drawn into the side's arena after the reading's start, and
+    every output of every call is checked against the reference's for the same seed. A reading that
+    missed the longest gate (host time in it) is dropped and the side's readings halved; at one call a
+    reading it is kept and the answer says ``timing_degraded``. Where readings hold several calls, each
+    side also takes ``LONE_READINGS`` readings of one call, which bound its per-call time from below
+    (:func:`lone_bound`)."""
     opts, device = job.options, run.device
     if device.type != "cuda" and job.cached_ref_timing is None:
         return _time_interleaved(run, job, get_inputs, atol, rtol, started)
     base: GpuTimer | CpuTimer = run.judge.gpu_timer(device) if device.type == "cuda" else CpuTimer()
+    gpu = isinstance(base, GpuTimer)
     if isinstance(base, GpuTimer):
         base.start_job()
     cached = job.cached_ref_timing
@@ -402,47 +415,70 @@ def _time(
 
     def reading(role: str, seeds: list[int]) -> Call:
         """One timed reading, on a GPU its inputs drawn into the side's arena after the reading's start."""
-        if not isinstance(base, GpuTimer):
+        if not gpu:
             return run.calls(role, sets(seeds), timers[role])
         return run.drawn(role, partial(sets, seeds), len(seeds), nbytes * len(seeds), timers[role])
 
-    def warm() -> list[tuple[list[Any], dict[str, Any]]]:
-        """One set of inputs, ``n`` times (warm-up and null calls need no values of their own)."""
-        return [(get_inputs(warm_seed), {})] * n
+    def warm(role: str, calls: int) -> list[float]:
+        """Warm-up readings of ``calls`` calls on one set of inputs; their host round trips (us)."""
+        warm_sets: list[tuple[list[Any], dict[str, Any]]] = [(get_inputs(warm_seed), {})] * calls
+        trips = []
+        for _ in range(math.ceil(opts.warmup / calls)):
+            warmed = run.calls(role, warm_sets, timers[role])
+            if why := misplaced(warmed, device):
+                raise Incorrect(f"warm-up call: {why}")
+            if warmed.ms is not None:
+                trips.append(getattr(timers[role], "round_trip_us", 0.0))
+                warm_ms.append(warmed.ms)
+        del warm_sets, warmed
+        run.release()
+        return trips
 
-    warm_sets = warm()
-    nbytes = transport.layout_bytes(warm_sets[0])
+    nbytes = transport.layout_bytes((get_inputs(warm_seed), {}))
     warm_ms: list[float] = []
-    for _ in range(math.ceil(opts.warmup / n)):
-        warmed = run.calls("candidate", warm_sets, timers["candidate"])
-        if why := misplaced(warmed, device):
-            raise Incorrect(f"warm-up call: {why}")
-        if warmed.ms is not None:
-            warm_ms.append(warmed.ms)
-    del warm_sets, warmed
-    run.release()
-
+    trips = warm("candidate", n)
     m = n  # the candidate's calls a reading
-    if isinstance(base, GpuTimer) and warm_ms:
+    if gpu and warm_ms:
         m = candidate_reading_size(n, (min(warm_ms) - base.null_ms) / n, cap, opts.perf_trials)
+        m = host_capped(m, statistics.median(trips), n)
     readings = reading_count(opts.perf_trials, m)
     # on a GPU a side's readings end once their median is precise enough (a 37 ms kernel's 100 readings
     # a side took 9 s of a level-1 sweep's 5 minutes; such kernels vary by well under 1%)
-    rel = opts.perf_precision if isinstance(base, GpuTimer) else 0.0
-    new_raw: list[float] = []
+    rel = opts.perf_precision if gpu else 0.0
+    new_raw: list[tuple[float, int]] = []  # (ms, calls) of each counted reading
     checked: list[tuple[int, Any]] = []  # (seed, output) of every timed call, checked against the reference's
-    for i in range(readings):
+    host = {"candidate": 0, "reference": 0, "dropped": 0}  # readings with host time: kept, dropped
+    i = 0
+    while len(new_raw) < readings:
+        i += 1
         seeds = [fresh_seed() for _ in range(m)]
         timed = reading("candidate", seeds)
         assert timed.ms is not None
-        new_raw.append(timed.ms)
         if why := foreign(timed.out) or misplaced(timed, device):
-            raise Incorrect(f"timed reading {i + 1}: {why}")
+            raise Incorrect(f"timed reading {i}: {why}")
         checked.extend(zip(seeds, timed.out, strict=True))
+        if timed.host_timed and m > 1:  # the host could not keep up: fewer calls a reading
+            host["dropped"] += 1
+            m = max(1, m // 2)
+            readings = max(readings, reading_count(opts.perf_trials, m))
+            continue
+        host["candidate"] += timed.host_timed
+        new_raw.append((timed.ms, m))
         if time.perf_counter() - started > budget and len(new_raw) >= MIN_TIMED_TRIALS:
             break
-        if precise(new_raw, base.null_ms, rel):
+        if precise(_per_call(new_raw, base.null_ms), 0.0, rel):
             break
+    lone_checked: list[tuple[int, Any]] = []  # lone readings' (seed, output), replayed lone by the reference
+    lone_new: list[float] = []
+    if gpu and max(m, n) > 1:
+        for k in range(LONE_READINGS):
+            seed = fresh_seed()
+            timed = reading("candidate", [seed])
+            if why := foreign(timed.out) or misplaced(timed, device):
+                raise Incorrect(f"lone reading {k + 1}: {why}")
+            lone_checked.append((seed, timed.out[0]))
+            if not timed.host_timed and timed.ms is not None:
+                lone_new.append(timed.ms)
     run.end_candidate()
 
     # the null calls draw a candidate's reading of inputs: their preparation is its baseline
@@ -452,43 +488,80 @@ def _time(
         base.check("null")
     except PrepError as exc:
         raise HarnessError(Outcome.EXECUTION_FAILURE, str(exc)) from exc
-    ref_raw: list[float] = []
+    ref_raw: list[tuple[float, int]] = []
+    lone_ref: list[float] = []
     mismatch: str | None = None
+
+    def replay(chunk: list[tuple[int, Any]]) -> Call:
+        """The reference's reading of ``chunk``'s seeds, each output checked against the candidate's."""
+        nonlocal mismatch
+        timed = reading("reference", [seed for seed, _ in chunk])
+        assert timed.ms is not None
+        for out, (_, snap) in zip(timed.out, chunk, strict=True):
+            mismatch = mismatch or _mismatch(out, snap, atol, rtol)
+        return timed
+
     if cached is None:
-        warm_sets = warm()
-        for _ in range(math.ceil(opts.warmup / n)):
-            run.calls("reference", warm_sets, timers["reference"])
-        del warm_sets
-        for k in range(0, len(checked), n):  # the same seeds, ``n`` a reading
+        trips = warm("reference", n)
+        if gpu and trips:
+            n = host_capped(n, statistics.median(trips), n)
+        k = 0
+        while k < len(checked):  # the same seeds, ``n`` a reading
             chunk = checked[k : k + n]
-            timed = reading("reference", [seed for seed, _ in chunk])
+            k += len(chunk)
+            timed = replay(chunk)
             assert timed.ms is not None
-            if len(chunk) == n:  # a shorter last reading is checked, not counted
-                ref_raw.append(timed.ms)
-            for out, (_, snap) in zip(timed.out, chunk, strict=True):
-                mismatch = mismatch or _mismatch(out, snap, atol, rtol)
+            if timed.host_timed and n > 1:
+                host["dropped"] += 1
+                n = max(1, n // 2)
+            elif len(chunk) == n:  # a shorter last reading is checked, not counted
+                host["reference"] += timed.host_timed
+                ref_raw.append((timed.ms, n))
         # every seed the candidate ran is replayed; then, while the reference's median is less precise
         # than the candidate's was asked to be, readings on fresh seeds (no candidate output to check)
         while (
             rel > 0
-            and not precise(ref_raw, null_ms, rel)
+            and not precise(_per_call(ref_raw, null_ms), 0.0, rel)
             and len(ref_raw) < reading_count(opts.perf_trials, n)
             and time.perf_counter() - started <= budget
         ):
             timed = reading("reference", [fresh_seed() for _ in range(n)])
             assert timed.ms is not None
-            ref_raw.append(timed.ms)
+            host["reference"] += timed.host_timed
+            ref_raw.append((timed.ms, n))
+        for seed, snap in lone_checked:
+            timed = replay([(seed, snap)])
+            if not timed.host_timed and timed.ms is not None:
+                lone_ref.append(timed.ms)
     else:
-        for seed, snap in checked:
+        for seed, snap in checked + lone_checked:
             if mismatch is None:
                 mismatch = _mismatch(unwrap(run.call("reference", get_inputs(seed)).out), snap, atol, rtol)
+    ref_pc = _per_call(ref_raw, null_ms)
+    # the reference's own several-to-lone ratio, where its readings hold several calls (at one call a
+    # reading there is none: a lone call of a far faster candidate then has nothing to be scaled by)
+    ratio = lone_ratio(ref_pc, lone_ref, null_ms) if n > 1 else None
+    new_pc, lone_info = lone_bound(_per_call(new_raw, null_ms), lone_new, null_ms, ratio)
+    if lone_ref:
+        lone_info["reference_lone_us"] = round((statistics.median(lone_ref) - null_ms) * 1e3, 3)
+        lone_info["reference_ratio"] = round(ratio, 4) if ratio is not None else -1.0
     gate = None
+    degraded = None
     if isinstance(base, GpuTimer):
         gate = {**base.report(), "calls_per_reading": n, "candidate_calls_per_reading": m,
-                "readings": len(new_raw), "reference_readings": len(ref_raw)}  # fmt: skip
+                "readings": len(new_raw), "reference_readings": len(ref_raw),
+                "host_timed_readings": host["candidate"], "host_timed_reference_readings": host["reference"],
+                "host_timed_dropped": host["dropped"],
+                **lone_info}  # fmt: skip
+        if host["candidate"] or host["reference"]:
+            degraded = (
+                f"{host['candidate']} of the candidate's and {host['reference']} of the reference's readings "
+                "hold host time: even at one call a reading their host work outlasted the longest gate (a "
+                "forward that synchronises the host, or a host too busy); the speedup is not a GPU timing"
+            )
     return {
-        "ref": cached if cached is not None else TimingStats.of(net(ref_raw, null_ms, n)),
-        "new": TimingStats.of(net(new_raw, null_ms, m)),
+        "ref": cached if cached is not None else TimingStats.of(ref_pc),
+        "new": TimingStats.of(new_pc),
         "ref_cached": cached is not None,
         "method": base.method
         + (
@@ -499,7 +572,13 @@ def _time(
         ),
         "mismatch": mismatch,
         "gate": gate,
+        "degraded": degraded,
     }
+
+
+def _per_call(raw: list[tuple[float, int]], null_ms: float) -> list[float]:
+    """Per-call times of readings given as ``(ms, calls)``, the path's cost ``null_ms`` taken off each."""
+    return [max(ms - null_ms, 1e-6) / calls for ms, calls in raw]
 
 
 def _time_interleaved(

@@ -70,6 +70,9 @@ class TaskOutcome:
     task_id: str = ""
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    #: The speedup holds host time (``KernelEvalResponse.timing_degraded``): unknown, so it counts for
+    #: ``fast_0`` (the kernel is correct) and for no higher ``p``, nor for the geometric mean.
+    timing_degraded: bool = False
 
 
 def reward_of(outcome: str, speedup: float | None) -> float:
@@ -83,7 +86,11 @@ def fast_p(results: Sequence[TaskOutcome], p: float) -> float:
     """Share of all tasks that are correct with speedup > ``p`` (0.0 for no tasks)."""
     if not results:
         return 0.0
-    hits = sum(1 for r in results if r.correct and r.speedup is not None and r.speedup > p)
+    hits = sum(
+        1
+        for r in results
+        if r.correct and r.speedup is not None and (r.speedup > p if not r.timing_degraded else p <= 0)
+    )
     return hits / len(results)
 
 
@@ -94,7 +101,11 @@ def fast_p_curve(results: Sequence[TaskOutcome], ps: Iterable[float]) -> list[tu
 
 def geomean_speedup(results: Sequence[TaskOutcome]) -> float:
     """Geometric mean speedup over correct tasks with a positive speedup (0.0 when there are none)."""
-    speedups = [r.speedup for r in results if r.correct and r.speedup is not None and r.speedup > 0]
+    speedups = [
+        r.speedup
+        for r in results
+        if r.correct and r.speedup is not None and r.speedup > 0 and not r.timing_degraded
+    ]
     if not speedups:
         return 0.0
     return math.exp(sum(math.log(s) for s in speedups) / len(speedups))
@@ -116,6 +127,7 @@ def kernelbench_metrics(results: Sequence[TaskOutcome]) -> dict[str, float]:
     metrics["correct_rate"] = sum(1 for r in results if r.correct) / n if n else 0.0
     metrics["mean_reward"] = sum(r.reward for r in results) / n if n else 0.0
     metrics["n"] = float(n)
+    metrics["timing_degraded"] = float(sum(1 for r in results if r.timing_degraded))
     return metrics
 
 

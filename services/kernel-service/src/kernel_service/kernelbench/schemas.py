@@ -99,6 +99,12 @@ class KernelEvalResponse(StrictModel):
         default=None,
         description="GPU: the timed calls' gate (misses, final length, reply round trip, null call, us)",
     )
+    timing_degraded: bool = Field(
+        default=False,
+        description="GPU: some timed readings hold host time (their host work outlasted the longest gate even "
+        "at one call a reading): the speedup is reported but earns no reward and no fast_p credit",
+    )
+    timing_degraded_reason: str | None = None
     elapsed: Elapsed = Field(default_factory=Elapsed)
     worker_id: str | None = None
     extension_cache_hit: bool | None = None

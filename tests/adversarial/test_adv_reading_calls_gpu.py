@@ -1,0 +1,67 @@
+"""The calls of one timed reading (issue 30), on a GPU through the real service: a submission that sees a
+reading's calls as a set (overlapping them on streams, batching them into one call, finding them in its
+caller's frames, deferring their work past its *done*, sharing work between them) must end ``incorrect``,
+or ``correct`` with no gain: at most 1.1x the honest rewrite's speedup, read in the same run.
+
+The reference is latency-bound (four 1024-wide linear layers on a batch of 16: tens of microseconds a
+call), so the judge times it many calls a reading. BackendBench's relu gets the batching trick too.
+Run: ``pytest -m gpu tests/adversarial/test_adv_reading_calls_gpu.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from kernel_service.service import KernelService, KernelServiceConfig
+
+from benchmark_runner.service.app import make_app
+from benchmark_runner.service.server import RunningServer, start_server
+
+pytestmark = pytest.mark.gpu
+
+CASES = Path(__file__).parent / "reading_cases"
+OPTS = {
+    "correctness_trials": 3,
+    "perf_trials": 100,
+    "warmup": 10,
+    "timeout_s": 120,
+    "use_result_cache": False,
+}
+CHEATS = ["streams_per_call", "batch_calls", "batch_through_frames", "defer_past_done", "reuse_across_calls"]
+#: A cheat's speedup may exceed the honest rewrite's by this factor at most (issue 30).
+NO_GAIN = 1.1
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    service = KernelService(KernelServiceConfig(gpus=None, work_dir=tmp_path_factory.mktemp("ks-reading")))
+    with start_server(make_app(service), startup_timeout=300) as running:
+        yield running
+
+
+def _evaluate(url: str, solution: str) -> dict:
+    body = {"reference": (CASES / "ref_latency.py").read_text(), "solution": solution, "options": OPTS}
+    answer = httpx.post(f"{url}/v1/evaluate", json=body, timeout=600)
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+@pytest.fixture(scope="module")
+def honest(server: RunningServer) -> dict:
+    got = _evaluate(server.url, (CASES / "honest.py").read_text())
+    assert got["outcome"] == "correct", got.get("message")
+    assert got["timing_gate"]["calls_per_reading"] > 1  # the premise: several calls a reading
+    return got
+
+
+@pytest.mark.parametrize("case", CHEATS)
+def test_a_reading_seen_as_a_set_gains_nothing(server: RunningServer, honest: dict, case: str) -> None:
+    got = _evaluate(server.url, (CASES / f"{case}.py").read_text())
+    print(case, got["outcome"], got.get("speedup"), "honest", honest["speedup"], got.get("timing_gate"))
+    if got["outcome"] == "correct":
+        assert got["speedup"] <= NO_GAIN * honest["speedup"], (case, got["speedup"], honest["speedup"])
+    else:
+        assert got["outcome"] in ("incorrect", "execution_failure"), got.get("message")
