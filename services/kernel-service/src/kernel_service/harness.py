@@ -52,6 +52,8 @@ class Job:
     build_dir: str
     cached_ref_timing: TimingStats | None = None
     mode: str = "eval"  # "eval" | "compile" (load the solution only, to fill the build cache)
+    #: Extensions already built in ``build_dir`` (an installed artifact, ``artifacts.seed_prebuilt``).
+    prebuilt: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Job:
@@ -65,6 +67,7 @@ class Job:
             build_dir=str(d["build_dir"]),
             cached_ref_timing=TimingStats.model_validate(cached) if cached else None,
             mode=str(d.get("mode", "eval")),
+            prebuilt=list(d.get("prebuilt") or []),
         )
 
 
@@ -271,11 +274,18 @@ def resolve_device(options: EvalOptions, env: Environment) -> torch.device:
 
 
 def compile_only(job: Job, workdir: Path, env: Environment, report: PhaseReporter) -> dict[str, Any]:
-    """Import the solution once so its ``load_inline`` builds land in the shared build cache."""
+    """Import the solution once so its ``load_inline`` builds land in the shared build cache.
+
+    The builds it started are reported (``extensions``): what a Ray compile actor packs into an artifact
+    that another node loads without building (``artifacts.pack``)."""
+    from .artifacts import recording_builds
+    from .fast_builds import pch_session
+
     report("compile")
     t0 = time.perf_counter()
     try:
-        load_solution(job, workdir)
+        with pch_session() as hook, recording_builds(hook) as built:
+            load_solution(job, workdir)
     except HarnessError as err:
         build_error = "Error building extension" in (err.compile_log or "") or "ninja" in (err.tb or "")
         return {
@@ -286,7 +296,13 @@ def compile_only(job: Job, workdir: Path, env: Environment, report: PhaseReporte
             "traceback": excerpt(err.tb),
             "compile_s": time.perf_counter() - t0,
         }
-    return {"ok": True, "build_error": False, "message": "", "compile_s": time.perf_counter() - t0}
+    return {
+        "ok": True,
+        "build_error": False,
+        "message": "",
+        "compile_s": time.perf_counter() - t0,
+        "extensions": built,
+    }
 
 
 def apply_tf32(mode: str) -> None:
