@@ -45,7 +45,7 @@ def op_solution(namespace: str, sign: str = "+") -> str:
 
 
 #: A real compiler error, found in well under a second (no torch headers before it).
-OP_BROKEN = r'''
+OP_BROKEN = r"""
 from torch.utils.cpp_extension import load_inline
 
 load_inline(name="ks_cluster_broken", cpp_sources="int broken( { return 0; }", is_python_module=False,
@@ -53,4 +53,4 @@ load_inline(name="ks_cluster_broken", cpp_sources="int broken( { return 0; }", i
 
 class ModelNew:
     pass
-'''
+"""

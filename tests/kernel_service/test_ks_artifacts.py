@@ -89,7 +89,9 @@ def test_an_artifact_installed_elsewhere_loads_without_a_build(
     assert "build.ninja" not in left and "main.o" not in left, left
 
 
-def test_corrupt_or_truncated_artifacts_are_rejected(built: tuple[Path, bytes, ArtifactRef], tmp_path: Path) -> None:
+def test_corrupt_or_truncated_artifacts_are_rejected(
+    built: tuple[Path, bytes, ArtifactRef], tmp_path: Path
+) -> None:
     _root, data, ref = built
     flipped = bytearray(data)
     flipped[len(data) // 2] ^= 0xFF
@@ -137,7 +139,9 @@ def _ref_for(data: bytes, key: str) -> ArtifactRef:
     return ArtifactRef(key=key, sha256=hashlib.sha256(data).hexdigest(), size=len(data))
 
 
-def test_forged_artifacts_with_a_matching_outer_hash_are_rejected(built: tuple[Path, bytes, ArtifactRef]) -> None:
+def test_forged_artifacts_with_a_matching_outer_hash_are_rejected(
+    built: tuple[Path, bytes, ArtifactRef],
+) -> None:
     """Bytes that match their ref but not their own manifest (a .so swapped after the build, a stray
     symlink, a path out of the dir, another torch) are refused all the same."""
     _root, data, ref = built
@@ -176,7 +180,9 @@ def _manifest_with(data: bytes, **change: str) -> bytes:
     return json.dumps(manifest).encode()
 
 
-def test_pack_refuses_links_out_of_the_build_dir(built: tuple[Path, bytes, ArtifactRef], tmp_path: Path) -> None:
+def test_pack_refuses_links_out_of_the_build_dir(
+    built: tuple[Path, bytes, ArtifactRef], tmp_path: Path
+) -> None:
     """A solution that replaced its built library by a link (to a host file) gets no artifact."""
     build_root, _data, _ref = built
     copy = tmp_path / "build"
@@ -201,4 +207,3 @@ def test_pack_refuses_links_out_of_the_build_dir(built: tuple[Path, bytes, Artif
     outside = dict(call, build_directory=str(tmp_path / "elsewhere" / "ks_art_add_ext"))
     with pytest.raises(ArtifactError, match="not built in the build dir"):
         pack(copy, "k" * 24, "cpp", [outside])
-

@@ -47,8 +47,13 @@ ACTOR_RETRIES = 2
 DRIVER_ARTIFACT_REFS = 256
 #: The env var naming a node's own work dir (build dirs, artifact cache, worker temp dirs).
 NODE_WORK_DIR_ENV = "KS_NODE_WORK_DIR"
-ARTIFACT_FILE = "artifact.tar"
 ARTIFACT_REF_FILE = "artifact.json"
+
+
+def _tar_name(ref: ArtifactRef) -> str:
+    """The driver's file of an artifact: named by its hash, so a second build of a key never overwrites
+    the bytes the first one's ``artifact.json`` still names."""
+    return f"artifact-{ref.sha256[:16]}.tar"
 
 
 def _import_ray() -> Any:
@@ -280,6 +285,8 @@ class RayActorPool:
     # ---- artifacts, on the driver: bytes beside the build cache entry, copies in the object store -----
 
     def _keep_artifact(self, job: dict[str, Any], raw: dict[str, Any]) -> None:
+        """Keep a compile's artifact beside the driver's build cache entry: ``artifact-<hash>.tar``, then
+        ``artifact.json`` naming it (written last, atomically: two builds of one key never mix)."""
         data = raw.pop("artifact", None)
         ref_json = raw.pop("artifact_ref", None)
         if data is None or ref_json is None:
@@ -287,8 +294,10 @@ class RayActorPool:
         ref = ArtifactRef.model_validate(ref_json)
         entry = Path(str(job["build_dir"]))
         entry.mkdir(parents=True, exist_ok=True)
-        (entry / ARTIFACT_FILE).write_bytes(data)
-        (entry / ARTIFACT_REF_FILE).write_text(ref.model_dump_json())  # the evaluation pool puts it
+        (entry / _tar_name(ref)).write_bytes(data)
+        part = entry / f".{ARTIFACT_REF_FILE}.{uuid.uuid4().hex[:8]}"
+        part.write_text(ref.model_dump_json())
+        os.replace(part, entry / ARTIFACT_REF_FILE)  # the evaluation pool puts it in the object store
 
     def _remember(self, ref: ArtifactRef, obj: Any) -> None:
         self._refs[ref.key] = (ref, obj)
@@ -306,7 +315,7 @@ class RayActorPool:
         if held is None:
             try:
                 ref = ArtifactRef.model_validate_json((entry / ARTIFACT_REF_FILE).read_text())
-                data = (entry / ARTIFACT_FILE).read_bytes()
+                data = (entry / _tar_name(ref)).read_bytes()
             except (OSError, ValueError):
                 return []
             held = (ref, _import_ray().put(data))
@@ -316,8 +325,12 @@ class RayActorPool:
     def _drop_artifact(self, job: dict[str, Any]) -> None:
         entry = Path(str(job["build_dir"]))
         self._refs.pop(entry.name, None)
-        for name in (ARTIFACT_FILE, ARTIFACT_REF_FILE):
-            (entry / name).unlink(missing_ok=True)
+        try:
+            ref = ArtifactRef.model_validate_json((entry / ARTIFACT_REF_FILE).read_text())
+        except (OSError, ValueError):
+            return
+        (entry / ARTIFACT_REF_FILE).unlink(missing_ok=True)
+        (entry / _tar_name(ref)).unlink(missing_ok=True)
 
     async def close(self) -> None:
         ray = _import_ray()
