@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from .artifacts import ArtifactCache, ArtifactError, ArtifactRef, manifest_extensions, pack
-from .pool import Reply, WorkerConfig, WorkerPool
+from .pool import STARTUP_TIMEOUT_S, Reply, WorkerConfig, WorkerPool
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ LOCAL_OBJECT_STORE_BYTES = 200 * 1024 * 1024
 #: Times a job is run again on a replacement actor after its actor died (node lost).
 ACTOR_RETRIES = 2
 #: Artifacts whose object-store copies the driver keeps (the bytes stay on its disk either way).
-DRIVER_ARTIFACT_REFS = 256
+DRIVER_ARTIFACT_REFS = 64
 #: The env var naming a node's own work dir (build dirs, artifact cache, worker temp dirs).
 NODE_WORK_DIR_ENV = "KS_NODE_WORK_DIR"
 ARTIFACT_REF_FILE = "artifact.json"
@@ -279,7 +279,9 @@ class RayActorPool:
             self._all.remove(actor)
         ray.kill(actor, no_restart=True)
         fresh = self._new_actor()
-        await self._start_actor(fresh)
+        # Bounded: a replacement that Ray cannot place (no node left with the resource) must not hang
+        # every later job; the error reaches the request instead.
+        await asyncio.wait_for(self._start_actor(fresh), STARTUP_TIMEOUT_S)
         return fresh
 
     # ---- artifacts, on the driver: bytes beside the build cache entry, copies in the object store -----
