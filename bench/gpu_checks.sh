@@ -6,6 +6,7 @@
 #                                            multigpu adversarial_gpu1 level1_one (two or more GPUs: see below)
 #                                            precision level1_bf16 compile_bf16 profile (issue 31: fp16/bf16 and profiles)
 #                                            loaded (issue 30: honest kernels timed while 12 CUDA builds run)
+#                                            builds (issue 34: cold build times, plain / pch / light include / both)
 #
 # With no STEP: tests adversarial fidelity backendbench level1. Each step's command and what it measures are
 # in BENCHMARKS.md (the BackendBench step includes the timing self-check, each smoke op against itself).
@@ -70,6 +71,9 @@ for s in "${steps[@]}"; do
       python3 -c "import sys; sys.path.insert(0, 'tests/kernel_service'); import ks_gpu_sources as G
 open('/tmp/ks_ref.py', 'w').write(G.REF_FUSED); open('/tmp/ks_sol.py', 'w').write(G.CUDA_OK)"
       step profile 240 python3 -m kernel_service.cli eval /tmp/ks_ref.py /tmp/ks_sol.py --backend cuda --profile --json ;;
+    builds)  # cold load_inline build times of the example CUDA solutions under each build option
+      step builds 560 python3 bench/build_speed.py --examples --options ${BUILD_OPTIONS:-plain,pch,light,both} \
+        --out "$OUT/builds.json" ;;
     precision) step precision 300 python3 -m pytest -m gpu tests/kernel_service/test_gpu_precision.py -q -p no:cacheprovider ;;
     level1_one) step level1_one 560 env CUDA_VISIBLE_DEVICES=0 python3 bench/kernelbench_gpu.py --model reference \
       --dataset-file .gpudata/problems.jsonl --level 1 --output-dir /tmp/kb1 --run-id l1one --budget-s 500 \

@@ -127,6 +127,34 @@ def main() -> None:
     help="with --executor ray: 'local' starts a Ray instance here; else a cluster address ('auto', 'ray://h:10001')",
 )
 @click.option(
+    "--compile-resource",
+    "compile_resources",
+    multiple=True,
+    metavar="NAME[=N]",
+    help="with --executor ray: a custom Ray resource each compile actor needs (builds only on nodes "
+    "started with it: ray start --resources '{\"ks_build\": 8}'); repeatable",
+)
+@click.option(
+    "--eval-resource",
+    "eval_resources",
+    multiple=True,
+    metavar="NAME[=N]",
+    help="with --executor ray: a custom Ray resource each evaluation actor needs; repeatable",
+)
+@click.option(
+    "--build-pch/--no-build-pch",
+    default=False,
+    show_default=True,
+    help="precompile torch/extension.h once per flag set for the compile workers (shorter C++ builds)",
+)
+@click.option(
+    "--light-include/--no-light-include",
+    default=False,
+    show_default=True,
+    help="also build each solution with torch/extension.h includes made torch/types.h, at the same time, "
+    "and judge that build when it succeeds (shorter nvcc builds)",
+)
+@click.option(
     "--mps",
     type=click.Choice(["auto", "on", "off"]),
     default="off",
@@ -148,6 +176,10 @@ def serve(
     result_cache_dir: Path | None,
     executor: str,
     ray_address: str,
+    compile_resources: tuple[str, ...],
+    eval_resources: tuple[str, ...],
+    build_pch: bool,
+    light_include: bool,
     mps: str,
     gpus: str,
     workers: int,
@@ -169,9 +201,28 @@ def serve(
     cfg.result_cache_dir = result_cache_dir
     cfg.executor = "ray" if executor == "ray" else "local"
     cfg.ray_address = ray_address
+    cfg.ray_compile_resources = _resources(compile_resources)
+    cfg.ray_eval_resources = _resources(eval_resources)
+    cfg.build_pch = build_pch
+    cfg.light_include = light_include
     cfg.mps = "on" if mps == "on" else "off" if mps == "off" else "auto"
     service = KernelService(cfg)
     run_server(make_app(service, config), host, port)
+
+
+def _resources(specs: tuple[str, ...]) -> dict[str, float]:
+    """``NAME`` or ``NAME=N`` (N > 0, default 1) -> the Ray resources an actor asks for."""
+    out: dict[str, float] = {}
+    for spec in specs:
+        name, _, amount = spec.partition("=")
+        try:
+            value = float(amount) if amount else 1.0
+        except ValueError:
+            raise click.BadParameter(f"{spec!r}: expected NAME or NAME=N") from None
+        if not name or value <= 0:
+            raise click.BadParameter(f"{spec!r}: expected NAME or NAME=N with N > 0")
+        out[name] = value
+    return out
 
 
 def summary(r: KernelEvalResponse) -> str:

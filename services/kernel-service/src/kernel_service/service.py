@@ -54,6 +54,7 @@ from .schemas import EvaluateAnyRequest, EvaluateAnyResponse
 from .shared_run import SharedRun
 from .workers.build_cache import BUILT_MARKER, BuildCache
 from .workers.executor import JobRunner
+from .workers.fast_builds import race_light_build
 from .workers.mps import MpsDaemon
 from .workers.pool import KILL_GRACE_S, Reply, WorkerConfig, WorkerPool, detect_gpus, worker_gpu
 from .workers.work_dirs import make_work_dir, sweep_dead_work_dirs
@@ -94,6 +95,15 @@ class KernelServiceConfig:
     #: "local": worker subprocesses on this host; "ray": compile and eval actors on a Ray cluster.
     executor: Literal["local", "ray"] = "local"
     ray_address: str | None = None  # "local" / None: start a local Ray; else an address ("auto", "ray://...")
+    #: Custom Ray resources each compile / evaluation actor asks for, so builds run only on the build
+    #: nodes and timing only on the GPU nodes (``ray start --resources '{"ks_build": 4}'``).
+    ray_compile_resources: dict[str, float] = field(default_factory=dict)
+    ray_eval_resources: dict[str, float] = field(default_factory=dict)
+    #: Precompile torch/extension.h once per flag set for the compile workers (``fast_builds``).
+    build_pch: bool = False
+    #: Also build each solution with ``torch/extension.h`` includes made ``torch/types.h``, at the same
+    #: time as the source as written, and judge the light one when it builds (``fast_builds``).
+    light_include: bool = False
     compile_step: bool = True
     ref_timing_cache: bool = True
     ref_timing_cache_file: Path | None = None
@@ -179,6 +189,7 @@ class KernelService(BenchmarkService):
         self.result_cache: ResultCache | None = None
         self.env_info: dict[str, Any] = {}
         self._ray: Any = None  # the RayCluster handle when executor == "ray"
+        self._background: set[Any] = set()  # as-written builds still running after a light one won
         self._mps: MpsDaemon | None = None
 
     @property
@@ -250,7 +261,7 @@ class KernelService(BenchmarkService):
                 writable=[self.build_cache.root],
             )
 
-        self.eval_pool = self._runner(pool_config("eval", eval_env), devices)
+        self.eval_pool = self._runner(pool_config("eval", eval_env), devices, cfg.ray_eval_resources)
         await self.eval_pool.start()
         self.env_info = dict(self.eval_pool.ready_info or {})
         if cfg.compile_step:
@@ -261,16 +272,24 @@ class KernelService(BenchmarkService):
                 compile_env["KS_CPUS"] = ",".join(map(str, compile_cpus))
             if self.env_info.get("cuda_arch"):
                 compile_env["TORCH_CUDA_ARCH_LIST"] = str(self.env_info["cuda_arch"])
-            self.compile_pool = self._runner(pool_config("compile", compile_env), [None] * n)
+            if cfg.build_pch:
+                compile_env["KS_BUILD_PCH"] = str(self.build_cache.root / "pch")
+            self.compile_pool = self._runner(
+                pool_config("compile", compile_env), [None] * n, cfg.ray_compile_resources
+            )
             await self.compile_pool.start()
 
-    def _runner(self, config: WorkerConfig, devices: list[str | None]) -> JobRunner:
+    def _runner(
+        self, config: WorkerConfig, devices: list[str | None], resources: dict[str, float] | None = None
+    ) -> JobRunner:
         if self._ray is not None:
-            runner: JobRunner = self._ray.pool(config, devices)
+            runner: JobRunner = self._ray.pool(config, devices, resources)
             return runner
         return WorkerPool(config, devices)
 
     async def shutdown(self) -> None:
+        for task in list(self._background):
+            task.cancel()
         for pool in (self.eval_pool, self.compile_pool):
             if pool is not None:
                 await pool.close()
@@ -334,7 +353,7 @@ class KernelService(BenchmarkService):
                 info.get("cuda_arch"),
                 sys.version_info[:2],
             )
-        )
+        ) + ("|pch" if self.config.build_pch else "")
 
     def _environment(self) -> dict[str, Any]:
         """What a cached verdict is valid for: the hardware and software that produced it."""
@@ -488,9 +507,12 @@ class KernelService(BenchmarkService):
                 **base,
             ), False
 
+        built: tuple[KernelEvalResponse | None, float, float] | None = None
+        if self.config.light_include and request.backend in COMPILED_BACKENDS and self.compile_pool:
+            request, built = await race_light_build(self, request, base)
         build_dir = self.build_cache.dir_for(request.solution, request.backend, self._versions())
         with self.build_cache.pinned(build_dir):
-            return await self._evaluate_pinned(request, reference, started, build_dir, base)
+            return await self._evaluate_pinned(request, reference, started, build_dir, base, built)
 
     async def _evaluate_pinned(
         self,
@@ -499,16 +521,18 @@ class KernelService(BenchmarkService):
         started: float,
         build_dir: Path,
         base: dict[str, Any],
+        built: tuple[KernelEvalResponse | None, float, float] | None = None,
     ) -> tuple[KernelEvalResponse, bool]:
+        """``built``: the compile already done for this build dir (``race_light_build``), if any."""
         assert self.eval_pool is not None and self.build_cache is not None
         opts = request.options
         cache_hit: bool | None = None
         compile_s = 0.0
         queue_s = 0.0
         if request.backend in COMPILED_BACKENDS and self.compile_pool is not None:
-            cache_hit = self.build_cache.lookup(build_dir)
+            cache_hit = False if built is not None else self.build_cache.lookup(build_dir)
             if not cache_hit:
-                early, compile_s, queue_s = await self._compile(request, build_dir, base)
+                early, compile_s, queue_s = built or await self._compile(request, build_dir, base)
                 if early is not None:
                     early.elapsed = Elapsed(
                         queue_s=queue_s, compile_s=compile_s, total_s=time.monotonic() - started

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from .schemas import EvalOptions, Outcome, TimingStats, excerpt
+from .schemas import EvalOptions, Outcome, TimingStats
 
 PhaseReporter = Callable[[str], None]
 
@@ -52,6 +52,8 @@ class Job:
     build_dir: str
     cached_ref_timing: TimingStats | None = None
     mode: str = "eval"  # "eval" | "compile" (load the solution only, to fill the build cache)
+    #: Extensions already built in ``build_dir`` (an installed artifact, ``artifacts.seed_prebuilt``).
+    prebuilt: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Job:
@@ -65,6 +67,7 @@ class Job:
             build_dir=str(d["build_dir"]),
             cached_ref_timing=TimingStats.model_validate(cached) if cached else None,
             mode=str(d.get("mode", "eval")),
+            prebuilt=list(d.get("prebuilt") or []),
         )
 
 
@@ -268,25 +271,6 @@ def resolve_device(options: EvalOptions, env: Environment) -> torch.device:
     if options.device == "cuda" or (options.device == "auto" and env.device == "cuda"):
         return torch.device("cuda", torch.cuda.current_device() if torch.cuda.is_available() else 0)
     return torch.device("cpu")
-
-
-def compile_only(job: Job, workdir: Path, env: Environment, report: PhaseReporter) -> dict[str, Any]:
-    """Import the solution once so its ``load_inline`` builds land in the shared build cache."""
-    report("compile")
-    t0 = time.perf_counter()
-    try:
-        load_solution(job, workdir)
-    except HarnessError as err:
-        build_error = "Error building extension" in (err.compile_log or "") or "ninja" in (err.tb or "")
-        return {
-            "ok": False,
-            "build_error": build_error,
-            "message": err.message,
-            "compile_log": excerpt(err.compile_log),
-            "traceback": excerpt(err.tb),
-            "compile_s": time.perf_counter() - t0,
-        }
-    return {"ok": True, "build_error": False, "message": "", "compile_s": time.perf_counter() - t0}
 
 
 def apply_tf32(mode: str) -> None:

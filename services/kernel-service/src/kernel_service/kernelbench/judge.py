@@ -216,6 +216,7 @@ def _evaluate(
                 "cls": cls, "init": init_inputs, "seed": opts.seed, "load_outcome": load_outcome.value,
                 "missing_outcome": load_outcome.value, "precision": opts.precision,
                 "init_outcome": (Outcome.INITIALIZATION_FAILURE if role == "candidate" else Outcome.UNKNOWN_ERROR).value,
+                **({"prebuilt": job.prebuilt} if role == "candidate" and job.prebuilt else {}),
             } for role, (source, cls, load_outcome) in models.items()
         }  # fmt: skip
         run.spawn = {"build_dir": build_dir, "setup": setup, "load": loads}

@@ -12,7 +12,8 @@ younger than ``busy_grace_s`` (a build another worker is still writing). Deletin
 warm worker already loaded is safe on Linux: the mapped ``.so`` stays valid until the worker exits.
 Several service processes may share one root: eviction runs under an ``fcntl`` lock on ``root/.lock``.
 Entries are not relocatable (ninja's logs record absolute paths: a copy under another root rebuilds),
-so every process that shares a cache, on one host or across a cluster, must see it at the same path.
+so every process that shares a cache must see it at the same path; across a Ray cluster, builds travel as
+artifacts instead (:mod:`kernel_service.workers.artifacts`), kept beside the entry on the service's host.
 """
 
 from __future__ import annotations

@@ -84,6 +84,10 @@ class Side:
         from ..judging.harness import build_model, load_module, precision_dtype, reset_extension_versioner
 
         reset_extension_versioner()
+        if msg.get("prebuilt"):  # an installed artifact: its extensions load without a build
+            from .artifacts import seed_prebuilt
+
+            seed_prebuilt(os.environ["TORCH_EXTENSIONS_DIR"], msg["prebuilt"])
         try:
             module = load_module(msg["source"], msg["name"], self.workdir)
             cls = getattr(module, msg["cls"], None)

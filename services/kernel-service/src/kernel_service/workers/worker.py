@@ -28,9 +28,12 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..judging import sandbox
+
+if TYPE_CHECKING:
+    from ..judging.harness import Environment, Job, PhaseReporter
 
 #: Name of the capture file (solution stdout/stderr) inside the worker's temp dir.
 #: Where a fatal signal's Python traceback goes (faulthandler), inside the worker's temp dir; the
@@ -302,7 +305,7 @@ def _run_job(raw: dict[str, Any], jobdir: Path, env: Any, judge: Any, report: An
 
     job = harness.Job.from_dict(raw)
     if job.mode == "compile":
-        return harness.compile_only(job, jobdir, env, report)
+        return compile_only(job, jobdir, env, report)
     from ..kernelbench.judge import evaluate
 
     return evaluate(judge, job, jobdir, env, report)
@@ -368,6 +371,40 @@ def _cuda_healthy() -> bool:
         return bool(torch.ones(1, device="cuda").add_(1).item() == 2)
     except Exception:  # noqa: BLE001 - any CUDA error means the context is gone
         return False
+
+
+def compile_only(job: Job, workdir: Path, env: Environment, report: PhaseReporter) -> dict[str, Any]:
+    """Import the solution once so its ``load_inline`` builds land in the shared build cache.
+
+    The builds it started are reported (``extensions``): what a Ray compile actor packs into an artifact
+    that another node loads without building (``artifacts.pack``)."""
+    from ..judging.harness import HarnessError, load_solution
+    from ..judging.schemas import excerpt
+    from .artifacts import recording_builds
+    from .fast_builds import pch_session
+
+    report("compile")
+    t0 = time.perf_counter()
+    try:
+        with pch_session() as hook, recording_builds(hook) as built:
+            load_solution(job, workdir)
+    except HarnessError as err:
+        build_error = "Error building extension" in (err.compile_log or "") or "ninja" in (err.tb or "")
+        return {
+            "ok": False,
+            "build_error": build_error,
+            "message": err.message,
+            "compile_log": excerpt(err.compile_log),
+            "traceback": excerpt(err.tb),
+            "compile_s": time.perf_counter() - t0,
+        }
+    return {
+        "ok": True,
+        "build_error": False,
+        "message": "",
+        "compile_s": time.perf_counter() - t0,
+        "extensions": built,
+    }
 
 
 if __name__ == "__main__":

@@ -1,0 +1,196 @@
+"""Shorter ``load_inline`` builds: a precompiled ``torch/extension.h``, and a lighter include for sources.
+
+Most of a small extension's build is the compiler parsing torch's headers: ``main.cpp`` always starts
+with ``#include <torch/extension.h>`` (all of ATen, the C++ API and pybind11), and KernelBench-style
+``.cu`` sources usually include it too although ``<torch/types.h>`` is enough for a kernel and its launcher.
+
+**Precompiled header** (``KernelServiceConfig.build_pch``, env ``KS_BUILD_PCH=<dir>`` in the compile
+workers). torch's own ``load_inline(use_pch=True)`` writes ``extension.h.gch`` into the torch install
+(read-only in the sandbox) and every ``use_pch=False`` call deletes it again, so it cannot serve a
+shared, sandboxed service. Instead, just before torch runs ninja for a build (``artifacts.recording_builds``
+hook), :func:`ensure_pch` builds a PCH with exactly the flags torch will use for that ``main.cpp`` (taken
+from the ``build.ninja`` torch writes for a probe with the same arguments) into ``<dir>/<signature>/torch/
+extension.h.gch``, once per flag set, and points ``CPATH`` at it: GCC looks for ``torch/extension.h.gch``
+in each include dir before the header and ``CPATH`` dirs are searched before torch's ``-isystem`` dirs.
+A PCH that does not match (another compiler, flags GCC rejects) is silently skipped by GCC, so the worst
+case is the plain build. The PCH lives in the build cache root, which compile workers may write, as they
+may write every build dir there: the same trust boundary as the build cache itself.
+
+**Light include** (``KernelServiceConfig.light_include``): :func:`light_source` rewrites the solution's
+``#include <torch/extension.h>`` lines to ``<torch/types.h>``. The service builds the light and the
+as-written source at once and judges the light one when it builds, else the one as written (whose build
+was already running: a failed light build costs no second wait). ``main.cpp`` keeps the full include
+(``load_inline`` prepends it), so bindings are unaffected; only ``.cu`` files get lighter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from .artifacts import BuildHook
+
+PCH_ENV = "KS_BUILD_PCH"
+PCH_TIMEOUT_S = 600.0
+_EXTENSION_INCLUDE = re.compile(r"#\s*include\s*[<\"]torch/extension\.h[>\"]")
+LIGHT_INCLUDE = "#include <torch/types.h>"
+
+
+def light_source(solution: str) -> str | None:
+    """The solution with its ``torch/extension.h`` includes made ``torch/types.h``; None if it has none."""
+    light, n = _EXTENSION_INCLUDE.subn(LIGHT_INCLUDE, solution)
+    return light if n else None
+
+
+def pch_command(extra_cflags: list[str], extra_include_paths: list[str], with_cuda: bool) -> tuple[str, str]:
+    """The shell command that precompiles ``torch/extension.h`` as torch would compile ``main.cpp`` with
+    these arguments (``{out}`` stands for the output), and its signature (hash of the command)."""
+    from torch.utils import cpp_extension
+
+    with tempfile.TemporaryDirectory(prefix="ks-pch-probe-") as tmp:
+        ninja = Path(tmp) / "build.ninja"
+        cpp_extension._write_ninja_file_to_build_library(
+            str(ninja), "ks_pch_probe", [str(Path(tmp) / "main.cpp")], extra_cflags, [], [], [],
+            extra_include_paths, with_cuda, False, False,
+        )  # fmt: skip
+        text = ninja.read_text()
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        if " = " in line and not line.startswith((" ", "\t", "build ", "rule ")):
+            k, v = line.split(" = ", 1)
+            values[k.strip()] = v.strip()
+    cflags = re.sub(r"-DTORCH_EXTENSION_NAME=\S+", "", values.get("cflags", ""))
+    header = Path(cpp_extension.include_paths()[0]) / "torch" / "extension.h"
+    cmd = f"{values.get('cxx', 'c++')} -x c++-header {shlex.quote(str(header))} -o {{out}} {cflags}"
+    return cmd, hashlib.sha256(cmd.encode()).hexdigest()[:16]
+
+
+def ensure_pch(root: Path, extra_cflags: list[str], extra_include_paths: list[str], with_cuda: bool) -> Path:
+    """The include dir holding ``torch/extension.h.gch`` for these flags, built under ``root`` if missing.
+
+    One build per flag set across every worker sharing ``root`` (an ``fcntl`` lock per signature); the
+    file appears by an atomic rename, so a compiler never sees a half-written PCH.
+    """
+    from torch.utils import cpp_extension
+
+    cmd, sig = pch_command(extra_cflags, extra_include_paths, with_cuda)
+    header = Path(cpp_extension.include_paths()[0]) / "torch" / "extension.h"
+    include_dir = root / sig
+    gch = include_dir / "torch" / "extension.h.gch"
+    if gch.is_file():
+        return include_dir
+    gch.parent.mkdir(parents=True, exist_ok=True)
+    with open(root / f".lock-{sig}", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if not gch.is_file():
+                part = root / f".{sig}.{uuid.uuid4().hex[:8]}.gch"
+                t0 = time.perf_counter()
+                proc = subprocess.run(
+                    cmd.format(out=shlex.quote(str(part))),
+                    shell=True,
+                    capture_output=True,
+                    text=True,
+                    timeout=PCH_TIMEOUT_S,
+                )
+                if proc.returncode != 0:
+                    part.unlink(missing_ok=True)
+                    raise RuntimeError(f"precompiling torch/extension.h failed: {proc.stderr[-2000:]}")
+                # The header beside its PCH: a source that includes it a second time (``main.cpp`` after
+                # load_inline's own include) finds it here, and its include guards end it at once.
+                shutil.copyfile(header, gch.parent / "extension.h")
+                os.replace(part, gch)
+                (include_dir / "pch.json").write_text(
+                    json.dumps({"command": cmd, "build_s": time.perf_counter() - t0})
+                )
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return include_dir
+
+
+@contextlib.contextmanager
+def pch_session(root: str | None = None) -> Iterator[BuildHook | None]:
+    """In a compile worker: a build hook that uses (and first makes) a PCH for each build's flags, when
+    ``KS_BUILD_PCH`` (or ``root``) names the PCH dir; ``CPATH`` is restored afterwards. A PCH that cannot
+    be made is skipped (the build goes on without it, and says so on stderr)."""
+    where = root or os.environ.get(PCH_ENV)
+    if not where:
+        yield None
+        return
+    saved = os.environ.get("CPATH")
+
+    def hook(call: dict[str, Any]) -> None:
+        args = call.get("build_arguments") or []
+        cflags = list(args[0] or []) if args else []
+        includes = list(args[3] or []) if len(args) > 3 else []
+        try:
+            include_dir = ensure_pch(Path(where), cflags, includes, bool(call.get("with_cuda")))
+        except Exception as exc:  # noqa: BLE001 - a PCH is an optimisation: build without it
+            import sys
+
+            sys.stderr.write(f"kernel-service: no precompiled header for {call.get('name')}: {exc}\n")
+            return
+        os.environ["CPATH"] = os.pathsep.join(p for p in (str(include_dir), saved) if p)
+
+    try:
+        yield hook
+    finally:
+        if saved is None:
+            os.environ.pop("CPATH", None)
+        else:
+            os.environ["CPATH"] = saved
+
+
+async def race_light_build(service: Any, request: Any, base: dict[str, Any]) -> tuple[Any, Any]:
+    """The request to judge (light or as written) and its finished compile (None: already built).
+
+    Both builds start at once (two compile workers); the light one is taken when it builds, else the
+    build as written, whose result is awaited, never restarted. After a light win, the as-written build
+    runs on in the background (``service._background``) and fills its cache entry: the slot is the
+    price of not waiting twice. A source that builds light but not as written (a name clash with the
+    headers the light include leaves out) would be judged on the light build: the one way verdicts
+    could differ, and why this is an option, off by default.
+    """
+    light = light_source(request.solution)
+    if light is None:
+        return request, None
+    cache = service.build_cache
+    versions = service._versions()
+    light_request = request.model_copy(update={"solution": light})
+    light_dir = cache.dir_for(light, request.backend, versions)
+    full_dir = cache.dir_for(request.solution, request.backend, versions)
+    if cache.is_built(light_dir):
+        return light_request, None
+    if cache.is_built(full_dir):
+        return request, None
+
+    async def build(req: Any, build_dir: Path) -> Any:
+        with cache.pinned(build_dir):
+            return await service._compile(req, build_dir, base)
+
+    light_task = asyncio.ensure_future(build(light_request, light_dir))
+    full_task = asyncio.ensure_future(build(request, full_dir))
+    try:
+        light_done = await light_task
+    except BaseException:
+        full_task.cancel()
+        raise
+    if light_done[0] is None and cache.is_built(light_dir):
+        service._background.add(full_task)
+        full_task.add_done_callback(service._background.discard)
+        return light_request, light_done
+    return request, await full_task
