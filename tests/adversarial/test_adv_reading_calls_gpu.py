@@ -31,7 +31,8 @@ OPTS = {
     "use_result_cache": False,
 }
 CHEATS = ["streams_per_call", "batch_calls", "batch_through_frames", "defer_past_done", "reuse_across_calls"]
-#: A cheat's speedup may exceed the honest rewrite's by this factor at most (issue 30).
+#: A cheat's speedup may exceed the honest rewrite's by this factor at most (issue 30). Without the lone
+#: bound the issue measured 2.33-2.35x (streams) and 5.8-6.5x (batching).
 NO_GAIN = 1.1
 
 

@@ -108,6 +108,7 @@ def test_rollout_equals_the_runners_record_of_the_same_transcript(
     assert trace.metrics == {
         "correct": 1.0,
         "speedup": evaluation["data"]["details"]["speedup"],
+        "timing_degraded": 0.0,
         "kernels": 2.0,
     }
     # The same three submissions (two kernels, the final one again) were answered from the cache:

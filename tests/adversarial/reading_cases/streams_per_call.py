@@ -1,4 +1,4 @@
-import kernel_service.candidate as side  # the side's own loop over a reading's calls: rewritten
+import kernel_service.workers.candidate as side  # the side's own loop over a reading's calls: rewritten
 import torch
 import torch.nn as nn
 

@@ -16,7 +16,7 @@ from functools import partial
 from typing import Any
 
 from ..judging.harness import HarnessError, fresh_seed, seed_all
-from ..judging.judging import Call, Run, calibrate, lone_bound, lone_ratio, net, reading_count, reading_size
+from ..judging.judging import Call, Run, calibrate, net, reading_count, reading_size
 from ..judging.schemas import Outcome
 from ..judging.timing import CpuTimer, GpuTimer, PrepError, Timer
 from .compare import compare
@@ -57,9 +57,6 @@ PERF_PROCESSES = 5
 #: Readings of each input a pair takes at least (its share of ``perf_trials`` may be fewer): one process's
 #: readings spread only 0.1-0.4%, so a few a process do, and each costs a fresh set of inputs per call.
 PAIR_MIN_READINGS = 3
-#: Lone readings (one call each) per pair of an input timed several calls a reading (issue 30): over the
-#: five pairs, ``judging.LONE_READINGS`` per input.
-LONE_READINGS_PER_PAIR = 2
 
 
 @dataclass
@@ -176,33 +173,14 @@ def _time_block(
             sets = [(list(f[k].args), f[k].kwargs) for f in fresh[: sizes[j]]]
             yield j, run.calls(role, sets, timers[role], op[j] if role == "reference" else None)
 
-    # lone readings (one call each) of the inputs timed several calls a reading: they bound its per-call
-    # time from below (``judging.lone_bound``); the op replays them on the same values, checked
-    lone_seeds = [fresh_seed() for _ in range(LONE_READINGS_PER_PAIR)] if max(sizes) > 1 else []
-
-    def lone(role: str) -> Iterator[tuple[int, int, Call]]:
-        for i, seed in enumerate(lone_seeds):
-            fresh = _rebuild_perf(prep, seed)
-            for j in range(len(cases)):
-                if sizes[j] > 1:
-                    f = fresh[where[j]]
-                    yield i, j, run.calls(role, [(list(f.args), f.kwargs)], timers[role],
-                                          op[j] if role == "reference" else None)  # fmt: skip
-
     kernel_raw: list[list[float]] = [[] for _ in cases]
     outs: list[list[list[Any]]] = [[] for _ in cases]
-    lone_raw: dict[str, list[list[float]]] = {"kernel": [[] for _ in cases], "ref": [[] for _ in cases]}
-    lone_outs: dict[tuple[int, int], Any] = {}
     warm_up("candidate")
     for i in range(len(seeds)):
         for j, call in timed("candidate", i):
             assert call.ms is not None
             kernel_raw[j].append(call.ms)
             outs[j].append(call.out)
-    for i, j, call in lone("candidate"):
-        lone_outs[i, j] = call.out
-        if call.ms is not None and not call.host_timed:
-            lone_raw["kernel"][j].append(call.ms)
     run.end_candidate()
     null_ms = calibrate(run, base, timers["reference"], [(list(cases[0].args), cases[0].kwargs)])
     ref_raw: list[list[float]] = [[] for _ in cases]
@@ -217,17 +195,8 @@ def _time_block(
                     mismatch, _ = compare(ref_out, ker_out, atol=opts.atol, rtol=opts.rtol)
                     if mismatch is not None:
                         bad[j] = f"timed call {i * sizes[j] + m + 1}: {mismatch.message}"
-    for i, j, call in lone("reference"):
-        if call.ms is not None and not call.host_timed:
-            lone_raw["ref"][j].append(call.ms)
-        if j not in bad:
-            mismatch, _ = compare(call.out[0], lone_outs[i, j][0], atol=opts.atol, rtol=opts.rtol)
-            if mismatch is not None:
-                bad[j] = f"lone timed call {i + 1}: {mismatch.message}"
     ref = [net(ref_raw[j], null_ms, sizes[j]) for j in range(len(cases))]
-    kernel = [lone_bound(net(kernel_raw[j], null_ms, sizes[j]), lone_raw["kernel"][j], null_ms,
-                         lone_ratio(ref[j], lone_raw["ref"][j], null_ms))[0]
-              for j in range(len(cases))]  # fmt: skip
+    kernel = [net(kernel_raw[j], null_ms, sizes[j]) for j in range(len(cases))]
     try:
         base.check("reference")
     except PrepError as exc:

@@ -57,9 +57,10 @@ PRECISE_MIN_READINGS = 20
 #: Readings of one call each that a side takes beside its readings of several (:func:`lone_bound`).
 LONE_READINGS = 10
 #: How far the candidate's per-call time may fall below its lone calls' (scaled by the reference's
-#: ratio) before they bound it: ten lone readings of a ~60 us call spread a few percent, and the null
-#: path's level differs by up to ~8 us between processes (BENCHMARKS.md, "Null-call levels").
-LONE_REL = 0.10
+#: ratio) before they bound it: ten lone readings of a ~60 us call spread a few percent. (The path's level
+#: moves ~9 us within a process as well as between them: ``judge._time`` reads the lone calls against the
+#: higher of two trusted null measurements.)
+LONE_REL = 0.05
 #: GPU memory the judge may still hold after a job before its worker is replaced: one problem's
 #: inputs take gigabytes, and what the judge keeps the next job's two sides cannot allocate.
 JUDGE_LEAK_BYTES = 64 << 20
@@ -165,6 +166,22 @@ class Run:
         self.precision = "fp32"
         #: What forking a side again needs (``_profile``): the build dir and each role's setup and load.
         self.spawn: dict[str, Any] = {}
+        #: GPU: the timers bound to each side before the submission was loaded (:meth:`bind_before_load`).
+        self.timers: dict[str, Timer] = {}
+        #: GPU: the path's cost (ms) through the candidate's process, measured before its code was loaded.
+        self.candidate_null_ms: float | None = None
+
+    def bind_before_load(self) -> None:
+        """Bind the GPU timer to both sides and measure the path's cost through the candidate's process
+        while it runs only our code: a lone call's cost is read against its own process's level (levels
+        ~8 us apart per process), which the submission, not yet loaded, could not have slowed."""
+        if self.device.type != "cuda":
+            return
+        base = self.judge.gpu_timer(self.device)
+        base.start_job()
+        self.timers = {role: base.bind(role, partial(self.ask, role)) for role in ("candidate", "reference")}
+        probe: list[tuple[list[Any], dict[str, Any]]] = [([torch.zeros(1, device=self.device)], {})]
+        self.candidate_null_ms = calibrate(self, base, self.timers["candidate"], probe, role="candidate")
 
     def fork(self, role: str, build_dir: str) -> SideProcess:
         tmp = self.workdir / role
@@ -591,7 +608,8 @@ def lone_bound(
     per_call: list[float], lone_raw: list[float], null_ms: float, ratio: float | None
 ) -> tuple[list[float], dict[str, float]]:
     """The candidate's per-call times (from readings of several calls), raised where needed so that their
-    median is not below its lone calls' (``lone_raw``, less ``null_ms``) times ``ratio`` (the same
+    median is not below its lone calls' (``lone_raw``, less ``null_ms``: the path's cost through the same
+    process, measured before its code was loaded where the benchmark can) times ``ratio`` (the same
     relation measured on the trusted reference side: :func:`lone_ratio`), less ``LONE_REL``.
 
     Why: the calls of one reading are written before it starts and run by the side's own loop, so a side

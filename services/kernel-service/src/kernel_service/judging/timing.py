@@ -316,6 +316,13 @@ class GpuTimer:
             self.prep = kept
 
     def _null_median(self, side: GatedSide, ask_null: Ask, write: Write) -> float:
+        kept = dict(self.host_timed)  # a null call read with host time is not a side's reading
+        try:
+            return self._null_readings(side, ask_null, write)
+        finally:
+            self.host_timed = kept
+
+    def _null_readings(self, side: GatedSide, ask_null: Ask, write: Write) -> float:
         readings = []
         for i in range(NULL_CALLS + GATE_TRIES):
             ms, reply = side.time_call(ask_null, lambda r: lambda: None, write, i >= NULL_CALLS)

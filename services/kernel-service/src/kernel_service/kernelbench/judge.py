@@ -65,6 +65,8 @@ from ..judging.judging import (
 from ..judging.schemas import PRECISION_TOLERANCE, Outcome, TimingStats, excerpt, reward_for
 from ..judging.timing import CpuTimer, GpuTimer, PrepError, Timer
 
+#: A side's timing is ``timing_degraded`` when more than this share of its readings hold host time.
+DEGRADED_SHARE = 0.1
 #: Stop timing early (keeping what was measured) once this share of the job's timeout is spent.
 TIMING_BUDGET_SHARE = 0.6
 MIN_TIMED_TRIALS = 5
@@ -208,6 +210,7 @@ def _evaluate(
         for role in ("reference", "candidate"):
             run.fork(role, build_dir)
         run.ask_each({"reference": setup, "candidate": setup})  # two CUDA contexts start at once
+        run.bind_before_load()
         models = {"reference": (job.reference, "Model", Outcome.UNKNOWN_ERROR),
                   "candidate": (job.solution, "ModelNew", Outcome.COMPILATION_FAILURE)}  # fmt: skip
         loads = {
@@ -403,7 +406,7 @@ def _time(
         base.start_job()
     cached = job.cached_ref_timing
     budget = opts.timeout_s * TIMING_BUDGET_SHARE
-    timers: dict[str, Timer] = {
+    timers: dict[str, Timer] = run.timers or {
         role: base.bind(role, partial(run.ask, role)) for role in ("candidate", "reference")
     }
     warm_seed = fresh_seed()  # inputs made again where used: a problem's inputs may take gigabytes
@@ -542,7 +545,14 @@ def _time(
     # the reference's own several-to-lone ratio, where its readings hold several calls (at one call a
     # reading there is none: a lone call of a far faster candidate then has nothing to be scaled by)
     ratio = lone_ratio(ref_pc, lone_ref, null_ms) if n > 1 else None
-    new_pc, lone_info = lone_bound(_per_call(new_raw, null_ms), lone_new, null_ms, ratio)
+    # the lone calls against the higher of the two trusted nulls (the reference's, the candidate's before
+    # its code was loaded): the path's level moved ~9 us within one process on the H100, and a floor
+    # read against the lower level would bind honest ~25 us kernels (BENCHMARKS.md, "The calls of one
+    # reading"); what the candidate gains from the other level is at most that much times ``ratio``
+    lone_null = max(null_ms, run.candidate_null_ms or 0.0)
+    new_pc, lone_info = lone_bound(_per_call(new_raw, null_ms), lone_new, lone_null, ratio)
+    if run.candidate_null_ms is not None:
+        lone_info["candidate_null_us"] = round(run.candidate_null_ms * 1e3, 2)
     if lone_ref:
         lone_info["reference_lone_us"] = round((statistics.median(lone_ref) - null_ms) * 1e3, 3)
         lone_info["reference_ratio"] = round(ratio, 4) if ratio is not None else -1.0
@@ -554,7 +564,11 @@ def _time(
                 "host_timed_readings": host["candidate"], "host_timed_reference_readings": host["reference"],
                 "host_timed_dropped": host["dropped"],
                 **lone_info}  # fmt: skip
-        if host["candidate"] or host["reference"]:
+        # a side whose readings hold host time more than now and then (a forward that synchronises the
+        # host does in every one); a lone host-timed reading hardly moves a median of ten or more
+        if host["candidate"] > DEGRADED_SHARE * len(new_raw) or host["reference"] > DEGRADED_SHARE * len(
+            ref_raw
+        ):
             degraded = (
                 f"{host['candidate']} of the candidate's and {host['reference']} of the reference's readings "
                 "hold host time: even at one call a reading their host work outlasted the longest gate (a "
