@@ -108,7 +108,9 @@ def time_cases(
     if gate is None:
         return None
     readings = sum(len(b.kernel[0]) for b in blocks) if cases else 0
-    return {**gate, "readings": float(readings), "process_pairs": float(pairs), **_spread(blocks)}
+    host = {k: float(sum((b.gate or {}).get(k, 0.0) for b in blocks))
+            for k in ("host_timed_readings", "host_timed_reference_readings")}  # fmt: skip
+    return {**gate, **host, "readings": float(readings), "process_pairs": float(pairs), **_spread(blocks)}
 
 
 def _spread(blocks: list[Block]) -> dict[str, float]:
@@ -162,7 +164,7 @@ def _time_block(
         for j, case in enumerate(cases):
             for _ in range(math.ceil(opts.warmup / sizes[j])):
                 run.calls(role, [(list(case.args), case.kwargs)] * sizes[j], timers[role],
-                          op[j] if role == "reference" else None)  # fmt: skip
+                          op[j] if role == "reference" else None, patient=False)  # fmt: skip
 
     def timed(role: str, i: int) -> Iterator[tuple[int, Call]]:
         """Reading ``i`` of each input: its calls on values of their own, fresh from their seeds."""
@@ -175,10 +177,12 @@ def _time_block(
 
     kernel_raw: list[list[float]] = [[] for _ in cases]
     outs: list[list[list[Any]]] = [[] for _ in cases]
+    host_timed = {"candidate": 0, "reference": 0}  # timed readings that missed the longest gate
     warm_up("candidate")
     for i in range(len(seeds)):
         for j, call in timed("candidate", i):
             assert call.ms is not None
+            host_timed["candidate"] += call.host_timed
             kernel_raw[j].append(call.ms)
             outs[j].append(call.out)
     run.end_candidate()
@@ -189,6 +193,7 @@ def _time_block(
     for i in range(len(seeds)):
         for j, call in timed("reference", i):
             assert call.ms is not None
+            host_timed["reference"] += call.host_timed
             ref_raw[j].append(call.ms)
             for m, (ref_out, ker_out) in enumerate(zip(call.out, outs[j][i], strict=True)):
                 if j not in bad:
@@ -203,5 +208,7 @@ def _time_block(
         raise HarnessError(Outcome.EXECUTION_FAILURE, str(exc)) from exc
     gate = None
     if isinstance(base, GpuTimer):
-        gate = {**base.report(), "calls_per_reading": float(max(sizes))}
+        gate = {**base.report(), "calls_per_reading": float(max(sizes)),
+                "host_timed_readings": float(host_timed["candidate"]),
+                "host_timed_reference_readings": float(host_timed["reference"])}  # fmt: skip
     return Block(kernel, ref, bad, gate), sizes

@@ -278,11 +278,13 @@ class Run:
         sets: list[tuple[list[Any], dict[str, Any]]],
         timer: Timer,
         extra: dict[str, Any] | None = None,
+        patient: bool = True,
     ) -> Call:
         """One timed reading of ``len(sets)`` calls, one per ``(args, kwargs)`` set, run back to back by
         the side between one go and one done: ``ms`` is their total and ``out`` the list of their outputs.
-        Every set has values of its own, and every output is the judge's to check."""
-        return self._request(role, [(list(a), dict(k)) for a, k in sets], True, timer, extra)
+        Every set has values of its own, and every output is the judge's to check. ``patient=False``: a
+        warm-up, taken as it comes (never measured again after a missed gate)."""
+        return self._request(role, [(list(a), dict(k)) for a, k in sets], True, timer, extra, patient=patient)
 
     def tried(
         self, role: str, sets: list[tuple[list[Any], dict[str, Any]]], extra: dict[str, Any] | None = None
@@ -316,6 +318,7 @@ class Run:
         timer: Timer | None,
         extra: dict[str, Any] | None,
         drawing: tuple[Callable[[], Any], int] | None = None,
+        patient: bool = True,
     ) -> Call:
 
         def read(reply: dict[str, Any]) -> Callable[[], Any]:
@@ -349,7 +352,7 @@ class Run:
                         partial(self.ask, role, msg),
                         read,
                         write,
-                        tries >= GATE_TRIES or getattr(timer, "longest", False),
+                        not patient or tries >= GATE_TRIES or getattr(timer, "longest", False),
                         len(values) if many else 1,
                     )
                 except TimeoutError as exc:

@@ -428,7 +428,7 @@ def _time(
         warm_sets: list[tuple[list[Any], dict[str, Any]]] = [(get_inputs(warm_seed), {})] * calls
         trips = []
         for _ in range(math.ceil(opts.warmup / calls)):
-            warmed = run.calls(role, warm_sets, timers[role])
+            warmed = run.calls(role, warm_sets, timers[role], patient=False)
             if why := misplaced(warmed, device):
                 raise Incorrect(f"warm-up call: {why}")
             if warmed.ms is not None:
