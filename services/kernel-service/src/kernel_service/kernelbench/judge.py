@@ -307,7 +307,7 @@ def _evaluate(
     return {
         **common,
         "outcome": Outcome.CORRECT.value,
-        # a speedup read with host time in it earns nothing either way (README, "Busy hosts")
+        # a speedup read with host time in it earns nothing either way (service README, "Busy hosts")
         "reward": reward_for(Outcome.CORRECT, None if degraded else speedup),
         "speedup": speedup,
         "timing_degraded": degraded is not None,
