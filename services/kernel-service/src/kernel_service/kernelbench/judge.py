@@ -13,6 +13,10 @@ and reads the outputs through views it validates, copying (or, above ``TIMED_SAM
 positions drawn after the call) what it checks. Timing (``timing.py``): on a GPU, judge-side CUDA events
 ordered around the side's work by inter-process events behind a short GPU-side gate, so no host latency
 enters the reading; on the CPU, the judge's clock around the request.
+
+Over 600 lines for one concept: ``_time`` (~230 of them) is one evaluation's timing protocol, whose steps
+(reading sizes, the host cap, dropped readings, lone readings, the reference's replay of the candidate's
+seeds) each use what the one before measured.
 """
 
 from __future__ import annotations
