@@ -207,3 +207,16 @@ def test_pack_refuses_links_out_of_the_build_dir(
     outside = dict(call, build_directory=str(tmp_path / "elsewhere" / "ks_art_add_ext"))
     with pytest.raises(ArtifactError, match="not built in the build dir"):
         pack(copy, "k" * 24, "cpp", [outside])
+
+
+def test_a_nodes_artifact_cache_keeps_within_its_limit_least_recently_used_first(tmp_path: Path) -> None:
+    """A node serves many submissions: its artifacts are trimmed to the service's build cache limit."""
+    cache = ArtifactCache(tmp_path / "artifacts", max_bytes=2500)
+    for age, key in enumerate(["old", "mid", "new"]):
+        path = cache.root / f"{key}.tar"
+        path.write_bytes(b"x" * 1000)
+        os.utime(path, (1_000_000 + age, 1_000_000 + age))
+    assert cache.evict(keep="old") == ["mid"]  # the oldest is kept when it is the one just stored
+    assert sorted(p.stem for p in cache.root.glob("*.tar")) == ["new", "old"]
+    assert cache.evict() == []  # within the limit now
+    assert ArtifactCache(tmp_path / "other").evict() == []  # no limit: nothing is removed

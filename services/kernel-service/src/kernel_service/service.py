@@ -57,6 +57,7 @@ from .workers.executor import JobRunner
 from .workers.fast_builds import race_light_build
 from .workers.mps import MpsDaemon
 from .workers.pool import KILL_GRACE_S, Reply, WorkerConfig, WorkerPool, detect_gpus, worker_gpu
+from .workers.ray_executor import NODE_CACHE_MAX_ENV
 from .workers.work_dirs import make_work_dir, sweep_dead_work_dirs
 
 logger = logging.getLogger(__name__)
@@ -241,6 +242,8 @@ class KernelService(BenchmarkService):
         )
         if eval_cpus:
             eval_env["KS_CPUS"] = ",".join(map(str, eval_cpus))
+        node_limit = {NODE_CACHE_MAX_ENV: str(cfg.build_cache_max_bytes)} if cfg.build_cache_max_bytes else {}
+        eval_env.update(node_limit)  # Ray nodes bound their own build dirs and artifacts by it
         if self.gpus and cfg.mps != "off" and self._ray is None:
             self._mps = MpsDaemon(work)
             if await anyio.to_thread.run_sync(self._mps.start):
@@ -267,7 +270,7 @@ class KernelService(BenchmarkService):
         if cfg.compile_step:
             cores = len(compile_cpus) or os.cpu_count() or 1
             n = cfg.compile_workers or (max(1, cores // 4) if self.gpus else 1)
-            compile_env = {"MAX_JOBS": str(max(1, cores // n))}
+            compile_env = {"MAX_JOBS": str(max(1, cores // n)), **node_limit}
             if eval_cpus:
                 compile_env["KS_CPUS"] = ",".join(map(str, compile_cpus))
             if self.env_info.get("cuda_arch"):

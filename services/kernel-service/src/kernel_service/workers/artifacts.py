@@ -327,12 +327,39 @@ class ArtifactCache:
     extension dir). A per-job copy means no submission can alter an artifact another job will load.
     """
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, max_bytes: int | None = None) -> None:
         self.root = Path(root)
+        self.max_bytes = max_bytes
         self.root.mkdir(parents=True, exist_ok=True)
 
     def _path(self, key: str) -> Path:
         return self.root / f"{_check_name(key)}.tar"
+
+    def evict(self, keep: str | None = None) -> list[str]:
+        """Delete the least recently used artifacts until the cache is within ``max_bytes`` (never ``keep``,
+        the one just stored); returns their keys. A node serves many submissions, each a few MB to
+        hundreds: without a bound its disk fills. An evicted artifact is fetched again when needed."""
+        if self.max_bytes is None:
+            return []
+        entries = []
+        for path in self.root.glob("*.tar"):
+            try:
+                st = path.stat()
+            except OSError:
+                continue
+            entries.append((st.st_mtime, st.st_size, path))
+        total = sum(size for _, size, _ in entries)
+        removed = []
+        for _, size, path in sorted(entries, key=lambda e: e[0]):
+            if total <= self.max_bytes:
+                break
+            if path.stem == keep:
+                continue
+            with contextlib.suppress(OSError):
+                path.unlink()
+                total -= size
+                removed.append(path.stem)
+        return removed
 
     def has(self, key: str) -> bool:
         return self._path(key).is_file()
@@ -342,6 +369,7 @@ class ArtifactCache:
         tmp = self.root / f".{ref.key}.{uuid.uuid4().hex[:8]}.part"
         tmp.write_bytes(data)
         os.replace(tmp, self._path(ref.key))
+        self.evict(keep=ref.key)
         return manifest
 
     def drop(self, key: str) -> None:
@@ -352,6 +380,7 @@ class ArtifactCache:
         """Verify the stored artifact again and install its files under ``dest`` (a TORCH_EXTENSIONS_DIR)."""
         try:
             data = self._path(ref.key).read_bytes()
+            os.utime(self._path(ref.key))  # used now: the last to be evicted
         except OSError as exc:
             raise ArtifactError(f"artifact {ref.key}: not in this node's cache ({exc.strerror})") from exc
         try:

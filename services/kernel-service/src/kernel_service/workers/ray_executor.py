@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from .artifacts import ArtifactCache, ArtifactError, ArtifactRef, manifest_extensions, pack
+from .build_cache import BuildCache
 from .pool import STARTUP_TIMEOUT_S, Reply, WorkerConfig, WorkerPool
 
 logger = logging.getLogger(__name__)
@@ -47,6 +48,8 @@ ACTOR_RETRIES = 2
 DRIVER_ARTIFACT_REFS = 64
 #: The env var naming a node's own work dir (build dirs, artifact cache, worker temp dirs).
 NODE_WORK_DIR_ENV = "KS_NODE_WORK_DIR"
+#: The service's build cache limit (bytes), for each node's build dirs and artifact cache.
+NODE_CACHE_MAX_ENV = "KS_NODE_CACHE_MAX_BYTES"
 ARTIFACT_REF_FILE = "artifact.json"
 
 
@@ -81,7 +84,10 @@ class WorkerActor:
             )
         node_root = Path(os.environ.get(NODE_WORK_DIR_ENV) or config.root)
         self.builds = node_root / "build-cache"
-        self.artifacts = ArtifactCache(node_root / "artifacts")
+        # the service's build cache limit applies to each node's build dirs and artifacts alike
+        limit = int(config.env[NODE_CACHE_MAX_ENV]) if config.env.get(NODE_CACHE_MAX_ENV) else None
+        self.build_cache = BuildCache(self.builds, max_bytes=limit)
+        self.artifacts = ArtifactCache(node_root / "artifacts", max_bytes=limit)
         self.role = config.role
         self.flags = ["pch"] if config.env.get("KS_BUILD_PCH") else []
         self.arch = config.env.get("TORCH_CUDA_ARCH_LIST")
@@ -104,8 +110,18 @@ class WorkerActor:
 
     async def run(self, job: dict[str, Any], timeout: float, artifact: list[Any]) -> dict[str, Any]:
         """Run ``job`` with its build dir on this node. A compile answers its artifact too; an evaluation
-        given one (``[ArtifactRef as JSON, ObjectRef]``) loads it, or answers ``failure="artifact"``."""
+        given one (``[ArtifactRef as JSON, ObjectRef]``) loads it, or answers ``failure="artifact"``.
+        Then the node's build dirs are trimmed to the limit (this job's and the PCH kept)."""
         key = Path(str(job.get("build_dir") or "none")).name
+        with self.build_cache.pinned(self.builds / key), self.build_cache.pinned(self.builds / "pch"):
+            try:
+                return await self._run(job, timeout, artifact, key)
+            finally:
+                self.build_cache.evict()
+
+    async def _run(
+        self, job: dict[str, Any], timeout: float, artifact: list[Any], key: str
+    ) -> dict[str, Any]:
         if job.get("mode") == "compile":
             return await self._compile(job, timeout, key)
         if not artifact:
