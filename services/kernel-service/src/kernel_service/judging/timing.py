@@ -12,9 +12,10 @@ less the path's own cost (the median of null calls through the same path on the 
 made once the candidate is gone: two inter-process event hops, ~0.29 ms of GPU context switches on the
 H100 without MPS, ~16 us under MPS), so no host latency (pipe, Python, launches) is in it while the gate
 holds. A call whose end (and output copies) were enqueued after the gate opened by itself is measured
-again with a doubled gate;
+again with a doubled gate, up to the longest;
 a call that synchronises the host inside ``forward`` never beats it and is read with its host time, as an
-event timer around the call would read it. A reading may hold several calls (:func:`calls_per_reading`),
+event timer around the call would read it, and counted (``timing_degraded`` when more than a tenth of a
+side's readings hold host time: ``kernelbench.judge``). A reading may hold several calls (:func:`calls_per_reading`),
 each on inputs of its own, all written before ``mid``, run back to back between one *go* and one *done*:
 the path's cost, and its noise, is then divided among them.
 
@@ -246,8 +247,10 @@ class GpuTimer:
     method = (
         "judge-side CUDA events around the side's work, ordered by inter-process events behind a GPU gate "
         "(inputs written after the start, L2 flushed, no host latency, the path's null-call cost "
-        "subtracted); calls under 2 ms timed several per reading, back to back, each on values of its own; "
-        "candidate timed, killed, then the reference; median of the readings' per-call means"
+        "subtracted); calls under 2 ms timed several per reading, back to back, each on values of its own "
+        "(as many as the host's work on them fits well inside the gate); candidate timed, killed, then the "
+        "reference; median of the readings' per-call means (KernelBench: the candidate's floored by its lone "
+        "calls times the reference's several-to-lone ratio)"
     )
 
     def __init__(self, device: torch.device, deadline_s: float = 60.0) -> None:
