@@ -154,6 +154,12 @@ class BackendBenchRLTask(vf.Task[BackendBenchData, vf.State, vf.TaskConfig]):
     async def overall(self, trace: vf.Trace) -> float:
         return self._components(trace)[2]
 
+    @vf.metric
+    async def timing_degraded(self, trace: vf.Trace) -> float:
+        """1 when the kernel's timing held host time: its performance is then 1 (no speed reward)."""
+        details = EvalResult.model_validate(trace.info["evaluation"]).data.details or {}
+        return float(bool(details.get("timing_degraded")))
+
 
 class BackendBenchTaskset(vf.Taskset[BackendBenchRLTask, BackendBenchTasksetConfig]):
     """One task per op of the suite (smoke by default)."""
