@@ -52,12 +52,11 @@ from .kernelbench.schemas import Elapsed, KernelEvalRequest, KernelEvalResponse
 from .result_cache import ResultCache, result_key
 from .schemas import EvaluateAnyRequest, EvaluateAnyResponse
 from .shared_run import SharedRun
-from .workers.build_cache import BUILT_MARKER, BuildCache
+from .workers.build_cache import BUILT_MARKER, NODE_CACHE_MAX_ENV, BuildCache
 from .workers.executor import JobRunner
 from .workers.fast_builds import race_light_build
 from .workers.mps import MpsDaemon
 from .workers.pool import KILL_GRACE_S, Reply, WorkerConfig, WorkerPool, detect_gpus, worker_gpu
-from .workers.ray_executor import NODE_CACHE_MAX_ENV
 from .workers.work_dirs import make_work_dir, sweep_dead_work_dirs
 
 logger = logging.getLogger(__name__)
@@ -242,8 +241,13 @@ class KernelService(BenchmarkService):
         )
         if eval_cpus:
             eval_env["KS_CPUS"] = ",".join(map(str, eval_cpus))
-        node_limit = {NODE_CACHE_MAX_ENV: str(cfg.build_cache_max_bytes)} if cfg.build_cache_max_bytes else {}
-        eval_env.update(node_limit)  # Ray nodes bound their own build dirs and artifacts by it
+        # Ray nodes bound their own build dirs and artifacts by the service's limit
+        node_limit = (
+            {NODE_CACHE_MAX_ENV: str(cfg.build_cache_max_bytes)}
+            if self._ray is not None and cfg.build_cache_max_bytes
+            else {}
+        )
+        eval_env.update(node_limit)
         if self.gpus and cfg.mps != "off" and self._ray is None:
             self._mps = MpsDaemon(work)
             if await anyio.to_thread.run_sync(self._mps.start):

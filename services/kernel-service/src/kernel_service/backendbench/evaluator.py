@@ -31,7 +31,7 @@ import torch
 
 from ..judging import profiling, transport
 from ..judging.harness import HarnessError, seed_all
-from ..judging.judging import Judge, Run, unwrap
+from ..judging.judging import Judge, Run, degraded, unwrap
 from ..judging.schemas import Outcome
 from ..judging.transport import layout_bytes
 from .case_cache import CaseCache, key_of
@@ -289,7 +289,7 @@ def _attempt(sides: Sides, prep: Prepared, shared: bool, ahead: Ahead) -> Backen
         resp.performance = math.exp(sum(math.log(s) for s in speedups) / len(speedups)) if speedups else 1.0
         gate = resp.timing_gate or {}
         host_timed = max(gate.get("host_timed_readings", 0.0), gate.get("host_timed_reference_readings", 0.0))
-        if host_timed > 0.1 * gate.get("readings", 0.0) * max(1, len(checked.perf)):  # as KernelBench's
+        if degraded(host_timed, gate.get("readings", 0.0) * max(1, len(checked.perf))):
             resp.timing_degraded, resp.performance = True, 1.0  # a speed read with host time is unknown
         if not all(r.correct for r in resp.inputs):  # a timed output differed from the op's
             resp.correctness, resp.performance, resp.outcome = 0.0, 1.0, "incorrect"

@@ -65,6 +65,9 @@ LONE_REL = 0.05
 #: readings, with the reference's ratio at 1.16 (noise at that scale), and a floor without it read the
 #: honest add 0.74x on the H100 while 12 builds ran (bench/results/gpu30_loaded_lone.json).
 LONE_ABS_MS = 0.002
+#: A side's timing is ``timing_degraded`` when more than this share of its readings hold host time: a
+#: forward that synchronises the host does in every one, a lone one hardly moves a median of ten or more.
+DEGRADED_SHARE = 0.1
 #: GPU memory the judge may still hold after a job before its worker is replaced: one problem's
 #: inputs take gigabytes, and what the judge keeps the next job's two sides cannot allocate.
 JUDGE_LEAK_BYTES = 64 << 20
@@ -665,6 +668,11 @@ def reading_size(
     leaves = transport.tensor_count(sets) + len(outs)
     cap = calls_per_reading(0.0, nbytes, leaves, transport.MAX_NODES)
     return calls_per_reading(min(ms) - null_ms, nbytes, leaves, transport.MAX_NODES), cap
+
+
+def degraded(host_timed: float, readings: float) -> bool:
+    """Whether ``host_timed`` of a side's ``readings`` holding host time make its timing degraded."""
+    return host_timed > DEGRADED_SHARE * readings
 
 
 def net(raw: list[float], null_ms: float, calls: int = 1) -> list[float]:

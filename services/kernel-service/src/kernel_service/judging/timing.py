@@ -263,8 +263,6 @@ class GpuTimer:
         self.deadline_s = deadline_s
         self.null_ms = 0.0
         self.prep: dict[str, list[float]] = {}
-        #: Readings accepted with host time in them (they missed the longest gate), by role.
-        self.host_timed: dict[str, int] = {}
 
     def start_job(self) -> None:
         """Each job starts from the initial gate: one slow reply (a first launch, a pause of the host)
@@ -273,7 +271,6 @@ class GpuTimer:
         self.gate_us = INITIAL_GATE_US
         self.misses = 0
         self.round_trips_us = []
-        self.host_timed = {}
 
     def report(self) -> dict[str, float]:
         """This job's gate: misses, final length, the median reply round trip and the null call (us)."""
@@ -284,8 +281,6 @@ class GpuTimer:
             "final_us": self.gate_us,
             "round_trip_us": round(rt, 1),
             "null_us": round(self.null_ms * 1e3, 2),
-            "host_timed_readings": float(self.host_timed.get("candidate", 0)),
-            "host_timed_reference_readings": float(self.host_timed.get("reference", 0)),
         }
 
     def bind(self, role: str, ask: Callable[[dict[str, Any]], dict[str, Any]]) -> GatedSide:
@@ -319,13 +314,6 @@ class GpuTimer:
             self.prep = kept
 
     def _null_median(self, side: GatedSide, ask_null: Ask, write: Write) -> float:
-        kept = dict(self.host_timed)  # a null call read with host time is not a side's reading
-        try:
-            return self._null_readings(side, ask_null, write)
-        finally:
-            self.host_timed = kept
-
-    def _null_readings(self, side: GatedSide, ask_null: Ask, write: Write) -> float:
         readings = []
         for i in range(NULL_CALLS + GATE_TRIES):
             ms, reply = side.time_call(ask_null, lambda r: lambda: None, write, i >= NULL_CALLS)
@@ -406,7 +394,6 @@ class GatedSide:
             if not last_try:
                 return None, reply
             self.host_timed = True
-            t.host_timed[self.role] = t.host_timed.get(self.role, 0) + 1
         elif t.gate_us > MIN_GATE_US and GATE_MARGIN * round_trip_us < t.gate_us / 2:
             t.gate_us = max(t.gate_us / 2, MIN_GATE_US)  # replies are fast (again)
         t.prep[self.role].append(float(start.elapsed_time(mid)))

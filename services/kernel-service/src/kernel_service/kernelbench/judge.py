@@ -55,11 +55,13 @@ from ..judging.judging import (
     Run,
     calibrate,
     candidate_reading_size,
+    degraded,
     foreign,
     host_capped,
     lone_bound,
     lone_ratio,
     misplaced,
+    net,
     precise,
     reading_count,
     reading_size,
@@ -69,8 +71,6 @@ from ..judging.judging import (
 from ..judging.schemas import PRECISION_TOLERANCE, Outcome, TimingStats, excerpt, reward_for
 from ..judging.timing import CpuTimer, GpuTimer, PrepError, Timer
 
-#: A side's timing is ``timing_degraded`` when more than this share of its readings hold host time.
-DEGRADED_SHARE = 0.1
 #: Stop timing early (keeping what was measured) once this share of the job's timeout is spent.
 TIMING_BUDGET_SHARE = 0.6
 MIN_TIMED_TRIALS = 5
@@ -427,24 +427,24 @@ def _time(
             return run.calls(role, sets(seeds), timers[role])
         return run.drawn(role, partial(sets, seeds), len(seeds), nbytes * len(seeds), timers[role])
 
-    def warm(role: str, calls: int) -> list[float]:
-        """Warm-up readings of ``calls`` calls on one set of inputs; their host round trips (us)."""
+    def warm(role: str, calls: int) -> tuple[list[float], list[float]]:
+        """Warm-up readings of ``calls`` calls on one set of inputs: their times (ms) and host round
+        trips (us)."""
         warm_sets: list[tuple[list[Any], dict[str, Any]]] = [(get_inputs(warm_seed), {})] * calls
-        trips = []
+        times, trips = [], []
         for _ in range(math.ceil(opts.warmup / calls)):
             warmed = run.calls(role, warm_sets, timers[role], patient=False)
             if why := misplaced(warmed, device):
                 raise Incorrect(f"warm-up call: {why}")
             if warmed.ms is not None:
+                times.append(warmed.ms)
                 trips.append(getattr(timers[role], "round_trip_us", 0.0))
-                warm_ms.append(warmed.ms)
-        del warm_sets, warmed
+        del warm_sets  # a problem's inputs may take gigabytes
         run.release()
-        return trips
+        return times, trips
 
     nbytes = transport.layout_bytes((get_inputs(warm_seed), {}))
-    warm_ms: list[float] = []
-    trips = warm("candidate", n)
+    warm_ms, trips = warm("candidate", n)
     m = n  # the candidate's calls a reading
     if gpu and warm_ms:
         m = candidate_reading_size(n, (min(warm_ms) - base.null_ms) / n, cap, opts.perf_trials)
@@ -510,7 +510,7 @@ def _time(
         return timed
 
     if cached is None:
-        trips = warm("reference", n)
+        _, trips = warm("reference", n)
         if gpu and trips:
             n = host_capped(n, statistics.median(trips), n)
         k = 0
@@ -561,19 +561,15 @@ def _time(
         lone_info["reference_lone_us"] = round((statistics.median(lone_ref) - null_ms) * 1e3, 3)
         lone_info["reference_ratio"] = round(ratio, 4) if ratio is not None else -1.0
     gate = None
-    degraded = None
+    why_degraded = None
     if isinstance(base, GpuTimer):
         gate = {**base.report(), "calls_per_reading": n, "candidate_calls_per_reading": m,
                 "readings": len(new_raw), "reference_readings": len(ref_raw),
                 "host_timed_readings": host["candidate"], "host_timed_reference_readings": host["reference"],
                 "host_timed_dropped": host["dropped"],
                 **lone_info}  # fmt: skip
-        # a side whose readings hold host time more than now and then (a forward that synchronises the
-        # host does in every one); a lone host-timed reading hardly moves a median of ten or more
-        if host["candidate"] > DEGRADED_SHARE * len(new_raw) or host["reference"] > DEGRADED_SHARE * len(
-            ref_raw
-        ):
-            degraded = (
+        if degraded(host["candidate"], len(new_raw)) or degraded(host["reference"], len(ref_raw)):
+            why_degraded = (
                 f"{host['candidate']} of the candidate's and {host['reference']} of the reference's readings "
                 "hold host time: even at one call a reading their host work outlasted the longest gate (a "
                 "forward that synchronises the host, or a host too busy); the speedup is not a GPU timing"
@@ -591,13 +587,13 @@ def _time(
         ),
         "mismatch": mismatch,
         "gate": gate,
-        "degraded": degraded,
+        "degraded": why_degraded,
     }
 
 
 def _per_call(raw: list[tuple[float, int]], null_ms: float) -> list[float]:
-    """Per-call times of readings given as ``(ms, calls)``, the path's cost ``null_ms`` taken off each."""
-    return [max(ms - null_ms, 1e-6) / calls for ms, calls in raw]
+    """Per-call times of readings given as ``(ms, calls)`` (their counts may differ: :func:`net` each)."""
+    return [net([ms], null_ms, calls)[0] for ms, calls in raw]
 
 
 def _time_interleaved(

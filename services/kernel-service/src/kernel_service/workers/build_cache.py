@@ -64,6 +64,11 @@ def tree_size(path: Path) -> int:
     return total
 
 
+#: A Ray actor's pool env names the service's build cache limit (bytes) in this variable: each node bounds
+#: its own build dirs and artifact cache by it (``ray_executor``).
+NODE_CACHE_MAX_ENV = "KS_NODE_CACHE_MAX_BYTES"
+
+
 class BuildCache:
     """``TORCH_EXTENSIONS_DIR`` per solution under ``root``; ``max_bytes=None`` never evicts."""
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from .artifacts import ArtifactCache, ArtifactError, ArtifactRef, manifest_extensions, pack
-from .build_cache import BuildCache
+from .build_cache import NODE_CACHE_MAX_ENV, BuildCache
 from .pool import STARTUP_TIMEOUT_S, Reply, WorkerConfig, WorkerPool
 
 logger = logging.getLogger(__name__)
@@ -48,8 +48,6 @@ ACTOR_RETRIES = 2
 DRIVER_ARTIFACT_REFS = 64
 #: The env var naming a node's own work dir (build dirs, artifact cache, worker temp dirs).
 NODE_WORK_DIR_ENV = "KS_NODE_WORK_DIR"
-#: The service's build cache limit (bytes), for each node's build dirs and artifact cache.
-NODE_CACHE_MAX_ENV = "KS_NODE_CACHE_MAX_BYTES"
 ARTIFACT_REF_FILE = "artifact.json"
 
 
