@@ -6,20 +6,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bb_sources import CORRECT_RELU, FAST, WRONG_RELU
 from kernel_service.backendbench.evaluator import evaluate
 from pydantic import ValidationError
 
-FAST = {"perf_trials": 3, "warmup": 1}
-
-CORRECT_RELU = """
-import torch
-def relu_kernel_impl(x):
-    return torch.where(x < 0, torch.zeros((), dtype=x.dtype, device=x.device), x)
-"""
-WRONG_RELU = """
-def relu_kernel_impl(x):
-    return x.abs()
-"""
 CRASHING_RELU = """
 def relu_kernel_impl(x):
     raise RuntimeError("boom from the kernel")

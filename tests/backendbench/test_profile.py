@@ -7,23 +7,13 @@ from pathlib import Path
 from typing import Any
 
 from backendbench_runner.cli import cli
+from bb_sources import CORRECT_RELU, FAST, WRONG_RELU
 from click.testing import CliRunner
 from kernel_service.backendbench.evaluator import evaluate, evaluate_batch
 
 from benchmark_runner.artifacts import RunArtifacts
 from benchmark_runner.testing.fake_llm import FakeLLMServer
 
-FAST = {"perf_trials": 3, "warmup": 1}
-
-CORRECT_RELU = """
-import torch
-def relu_kernel_impl(x):
-    return torch.where(x < 0, torch.zeros((), dtype=x.dtype, device=x.device), x)
-"""
-WRONG_RELU = """
-def relu_kernel_impl(x):
-    return x.abs()
-"""
 #: Correct, but raises in the call the profiler watches (the warm-up calls before it pass).
 RAISES_WHEN_PROFILED = """
 import torch
