@@ -23,7 +23,9 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +130,12 @@ def main() -> None:
     ap.add_argument("--examples", action="store_true", help="add bench/build_examples/*.py")
     ap.add_argument("--options", default=",".join(OPTIONS))
     ap.add_argument("--timeout", type=float, default=900.0, help="per build")
+    ap.add_argument(
+        "--parallel",
+        type=int,
+        default=1,
+        help="solutions built at once per option (a busier host: times are upper bounds)",
+    )
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     files = list(args.solutions) + (sorted(EXAMPLES.glob("*.py")) if args.examples else [])
@@ -146,9 +154,11 @@ def main() -> None:
         "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
         "cpus": len(os.sched_getaffinity(0)),
         "max_jobs": os.environ.get("MAX_JOBS"),
+        "parallel": args.parallel,
         "results": {},
         "pch_build_s": {},
     }
+    lock = threading.Lock()
     with tempfile.TemporaryDirectory(prefix="ks-build-speed-") as tmp:
         work = Path(tmp)
         for option in options:
@@ -156,13 +166,18 @@ def main() -> None:
             if option in ("pch", "both"):
                 pch, built = make_pch(work / option, files[0].read_text())
                 report["pch_build_s"][option] = built
-            for f in files:
+
+            def build(f: Path, option: str = option, pch: Path | None = pch) -> None:
                 res = time_one(option, f.read_text(), work / option / f.stem, pch, args.timeout)
-                report["results"].setdefault(f.name, {})[option] = res
-                if args.out:  # after every build: a run cut off by its time limit keeps what it measured
-                    args.out.write_text(json.dumps(report, indent=2))
-                print(f"{option:6s} {f.name:24s} {res.get('seconds', 0):7.1f} s  {res.get('variant')}"
-                      f"{'' if res.get('ok') else '  FAILED: ' + str(res.get('error'))[:120]}", flush=True)  # fmt: skip
+                with lock:
+                    report["results"].setdefault(f.name, {})[option] = res
+                    if args.out:  # after every build: a run cut off by its time limit keeps what it measured
+                        args.out.write_text(json.dumps(report, indent=2))
+                    print(f"{option:6s} {f.name:24s} {res.get('seconds', 0):7.1f} s  {res.get('variant')}"
+                          f"{'' if res.get('ok') else '  FAILED: ' + str(res.get('error'))[:120]}", flush=True)  # fmt: skip
+
+            with ThreadPoolExecutor(max(1, args.parallel)) as pool:
+                list(pool.map(build, files))
 
     print()
     print(f"{'solution':24s}" + "".join(f"{o:>12s}" for o in options))

@@ -72,7 +72,7 @@ for s in "${steps[@]}"; do
 open('/tmp/ks_ref.py', 'w').write(G.REF_FUSED); open('/tmp/ks_sol.py', 'w').write(G.CUDA_OK)"
       step profile 240 python3 -m kernel_service.cli eval /tmp/ks_ref.py /tmp/ks_sol.py --backend cuda --profile --json ;;
     builds)  # cold load_inline build times of the example CUDA solutions under each build option
-      step builds 560 python3 bench/build_speed.py --examples --options ${BUILD_OPTIONS:-plain,pch,light,both} \
+      step builds 560 python3 bench/build_speed.py --examples --options ${BUILD_OPTIONS:-plain,pch,light,both} --parallel ${BUILD_PARALLEL:-1} \
         --out "$OUT/builds.json" ;;
     precision) step precision 300 python3 -m pytest -m gpu tests/kernel_service/test_gpu_precision.py -q -p no:cacheprovider ;;
     level1_one) step level1_one 560 env CUDA_VISIBLE_DEVICES=0 python3 bench/kernelbench_gpu.py --model reference \

@@ -46,7 +46,10 @@ def selection_flags(args: argparse.Namespace) -> list[str]:
     flags = ["--model", args.model]
     for level in args.level:
         flags += ["--level", str(level)]
-    for task_id in args.task_id:
+    task_ids = list(args.task_id)
+    if args.task_ids_from:
+        task_ids += [t for t in args.task_ids_from.read_text().split() if t]
+    for task_id in task_ids:
         flags += ["--task-id", task_id]
     if args.limit:
         flags += ["--limit", str(args.limit)]
@@ -163,6 +166,9 @@ def main() -> int:
     parser.add_argument("--dataset-file", type=Path, required=True)
     parser.add_argument("--level", type=int, action="append", default=[])
     parser.add_argument("--task-id", action="append", default=[], help="only this task (repeatable)")
+    parser.add_argument(
+        "--task-ids-from", type=Path, help="only the task ids in this file (whitespace-separated)"
+    )
     parser.add_argument("--limit", type=int, default=0)
     parser.add_argument("--tolerance", type=float, help="atol = rtol [default: the runner's, upstream's]")
     parser.add_argument("--tf32", choices=["default", "off", "on"], default="default")
