@@ -311,6 +311,13 @@ def test_ncu_csv_is_read_for_the_heaviest_kernel() -> None:
         1,
     )
     assert "ERR_NVGPUCTRPERM" in denied["error"]
+    failed = profiling.parse_ncu_csv(
+        "==ERROR== The application returned an error code (1).",
+        1,
+        "Traceback (most recent call last):\n  ...\nModuleNotFoundError: No module named 'kernel_service'\n",
+    )
+    assert "error code (1)" in failed["error"]
+    assert "No module named 'kernel_service'" in failed["error"]
 
 
 def test_ncu_absent_or_on_cpu_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

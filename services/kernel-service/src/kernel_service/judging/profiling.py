@@ -210,8 +210,12 @@ def parse_ncu_csv(text: str, returncode: int = 0, stderr: str = "") -> dict[str,
         errors = [
             ln.strip() for ln in (text + "\n" + stderr).splitlines() if "==ERROR==" in ln or "ERR_" in ln
         ]
-        tail = "; ".join(errors[:3]) or (stderr.strip() or text.strip())[-300:] or "no output"
-        return {"error": f"ncu measured no kernel (exit status {returncode}): {tail[:500]}"}
+        tail = "; ".join(errors[:3]) or "no output"
+        # ncu's own lines say only that the replay failed; the replay's last line says why (its exception).
+        app = [ln.strip() for ln in stderr.splitlines() if ln.strip() and not ln.startswith("==")]
+        if app:
+            tail += f"; the replay's last output: {app[-1][-300:]}"
+        return {"error": f"ncu measured no kernel (exit status {returncode}): {tail[:600]}"}
     header = rows[header_at]
     best: dict[str, float] | None = None
     best_name = ""
