@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from backendbench_runner.baselines import aten_source
+from bb_sources import CORRECT_RELU
 from kernel_service.backendbench.evaluator import evaluate_batch
 from kernel_service.backendbench.references import reference_source
 
@@ -44,3 +45,18 @@ def test_vectorised_reference_kernels_are_correct_on_cuda() -> None:
     for v in got:
         assert v["outcome"] == "correct", v["feedback"]
         assert v["device"] == "cuda" and v["n_correct"] == v["n_correctness_inputs"] > 0
+
+
+def test_a_profiled_answer_names_the_gpu_kernels_of_both_sides() -> None:
+    v = evaluate_batch([req("relu", CORRECT_RELU, "smoke", profile=True)])["verdicts"][0]
+    assert v["outcome"] == "correct", v["feedback"]
+    prof = v["profile"]
+    assert prof["device"] == "cuda" and "advisory" in prof["note"]
+    for role in ("candidate", "reference"):
+        side = prof[role]
+        assert side["error"] is None, side["error"]
+        assert side["kernels"] and all(k["time_us"] > 0 for k in side["kernels"]), side
+        assert not any(k["name"].startswith("aten::") for k in side["kernels"]), side  # GPU kernels, not ops
+    ncu = prof["ncu"]
+    assert ncu.get("metrics") or ncu.get("error"), ncu  # ncu's metrics, or why there are none
+    print("bb profile", prof)
