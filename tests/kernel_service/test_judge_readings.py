@@ -61,6 +61,15 @@ def test_calls_per_reading_fills_the_target_within_its_caps() -> None:
     assert calls_per_reading(1e-6, timing.READING_BYTES * 2, 2, 4096) == 1  # never below one call
 
 
+def test_under_the_services_mps_every_reading_is_one_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", "/tmp/ks-mps-pipe")
+    assert timing.under_mps()
+    assert calls_per_reading(0.0, 1 << 10, 2, 4096) == 1
+    assert calls_per_reading(timing.READING_TARGET_MS / 10, 1 << 10, 2, 4096) == 1
+    monkeypatch.delenv("CUDA_MPS_PIPE_DIRECTORY")
+    assert not timing.under_mps() and calls_per_reading(0.0, 1 << 10, 2, 4096) > 1
+
+
 @pytest.fixture(scope="module")
 def judge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Judge]:
     """One judge, hence one zygote, for the module, as an eval worker keeps one across its jobs."""

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import os
 import statistics
 import threading
 import time
@@ -91,11 +92,23 @@ Read = Callable[[dict[str, Any]], Callable[[], Any]]
 Write = Callable[..., None]
 
 
+def under_mps() -> bool:
+    """Whether this worker's GPU work goes through the service's own MPS daemon (``workers.mps`` gives the
+    eval workers ``CUDA_MPS_PIPE_DIRECTORY``)."""
+    return bool(os.environ.get("CUDA_MPS_PIPE_DIRECTORY"))
+
+
 def calls_per_reading(call_ms: float, call_bytes: int, leaves: int, max_nodes: int) -> int:
     """How many calls one timed reading of a call taking ``call_ms`` (GPU work, the path's cost taken
     off; <= 0 when too short to tell) makes: enough for ``READING_TARGET_MS`` of work, within the caps on
     calls, on bytes (``call_bytes``: one call's inputs, outputs and the judge's copies of the outputs) and
-    on the values a reply may name."""
+    on the values a reply may name.
+
+    Under MPS, one: the path costs ~8-16 us there (no context switch), so nothing needs dividing, and a
+    reading of one call leaves a candidate no set of calls to overlap, batch or share work across, and
+    starts every call from a flushed L2 (bench/chained_calls_probe.py measured the per-call path)."""
+    if under_mps():
+        return 1
     calls = MAX_CALLS_PER_READING if call_ms <= 0 else math.ceil(READING_TARGET_MS / call_ms)
     calls = min(calls, MAX_CALLS_PER_READING, READING_BYTES // max(call_bytes, 1))
     return max(1, min(calls, max_nodes // max(leaves + 2, 1)))
