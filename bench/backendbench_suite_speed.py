@@ -186,6 +186,7 @@ def main() -> int:
         default=KernelServiceConfig().sandbox,
         help="worker isolation [default: the kernel service's default]",
     )
+    parser.add_argument("--mps", choices=["off", "on"], default="off", help="the service's MPS setting")
     args = parser.parse_args()
 
     gpus = torch.cuda.device_count()
@@ -196,7 +197,7 @@ def main() -> int:
         f"{index['backendbench_listed']}/{index['backendbench_ops']} of BackendBench's listed",
         flush=True,
     )
-    service = make_service(sandbox=args.sandbox)
+    service = make_service(sandbox=args.sandbox, mps=args.mps)
     t0 = time.perf_counter()
     with (
         tempfile.TemporaryDirectory(prefix="backendbench-speed-") as tmp,

@@ -342,6 +342,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--correctness-trials", type=int, default=3)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--timeout", type=float, default=600.0)
+    p.add_argument(
+        "--fast-builds",
+        action="store_true",
+        help="embedded: precompiled header and light includes (issue 34)",
+    )
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
     gpu = args.backend == "cuda"
@@ -366,6 +371,8 @@ def main(argv: list[str] | None = None) -> int:
                 compile_workers=args.compile_workers or cores,
                 sandbox=args.sandbox,
                 result_cache=True,
+                build_pch=args.fast_builds,
+                light_include=args.fast_builds,
                 work_dir=Path(tempfile.mkdtemp(prefix="tp-service-")),
             )
         )

@@ -82,6 +82,7 @@ def main() -> int:
     parser.add_argument(
         "--gpus", default="all", help="GPU indices for the service (`1`: the second GPU alone), or all"
     )
+    parser.add_argument("--mps", choices=["off", "on"], default="off", help="the service's MPS setting")
     args = parser.parse_args()
     gpus = None if args.gpus == "all" else [int(g) for g in args.gpus.split(",")]
 
@@ -90,7 +91,7 @@ def main() -> int:
     from benchmark_runner.service.app import ServiceConfig, make_app
     from benchmark_runner.service.server import start_server
 
-    service = KernelService(KernelServiceConfig(gpus=gpus, compile_step=False))
+    service = KernelService(KernelServiceConfig(gpus=gpus, compile_step=False, mps=args.mps))
     app = make_app(service, ServiceConfig())
     honest = (GPU_CASES / "honest_gpu.py").read_text()
     refs = {p.stem: p.read_text() for p in GPU_CASES.glob("ref_*.py")}

@@ -13,10 +13,13 @@ import torch
 from kernel_service.judging import timing, transport
 from kernel_service.judging.harness import HarnessError, probe_environment
 from kernel_service.judging.judging import (
+    COPY_ABS_MS,
+    COPY_REL,
     LONE_ABS_MS,
     LONE_REL,
     Judge,
     Run,
+    copy_bound,
     host_capped,
     lone_bound,
     lone_ratio,
@@ -59,6 +62,25 @@ def test_calls_per_reading_fills_the_target_within_its_caps() -> None:
     assert calls_per_reading(1e-6, timing.READING_BYTES // 3, 2, 4096) == 3  # bytes
     assert calls_per_reading(1e-6, 1 << 10, 98, 4096) == 40  # the values one reply may name
     assert calls_per_reading(1e-6, timing.READING_BYTES * 2, 2, 4096) == 1  # never below one call
+
+
+def test_under_the_services_mps_every_reading_is_one_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", "/tmp/ks-mps-pipe")
+    assert timing.under_mps()
+    assert calls_per_reading(0.0, 1 << 10, 2, 4096) == 1
+    assert calls_per_reading(timing.READING_TARGET_MS / 10, 1 << 10, 2, 4096) == 1
+    monkeypatch.delenv("CUDA_MPS_PIPE_DIRECTORY")
+    assert not timing.under_mps() and calls_per_reading(0.0, 1 << 10, 2, 4096) > 1
+
+
+def test_copy_bound_raises_a_call_whose_output_copy_waited_for_hidden_work() -> None:
+    # honest: the candidate's copies take what the reference's take, so its times stand
+    honest, raised = copy_bound([0.050, 0.051], [0.055, 0.057], 0.005)
+    assert honest == [0.050, 0.051] and raised == 0
+    # hidden work: done at once (1 us), the copy queued behind 27 us of work on another stream
+    hidden, raised = copy_bound([0.001, 0.001], [0.033, 0.032], 0.005)
+    slack = 0.005 * (1 + COPY_REL) + COPY_ABS_MS
+    assert hidden == pytest.approx([0.033 - slack, 0.032 - slack]) and raised == 2
 
 
 @pytest.fixture(scope="module")

@@ -318,6 +318,12 @@ def test_ncu_csv_is_read_for_the_heaviest_kernel() -> None:
     )
     assert "error code (1)" in failed["error"]
     assert "No module named 'kernel_service'" in failed["error"]
+    sandboxed = profiling.parse_ncu_csv(
+        "==ERROR== The application returned an error code (1).",
+        1,
+        "RuntimeError: Unexpected error from cudaGetDeviceCount()",
+    )
+    assert "Landlock" in sandboxed["error"]
 
 
 def test_ncu_absent_or_on_cpu_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

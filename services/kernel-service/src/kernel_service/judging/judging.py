@@ -43,6 +43,7 @@ from .timing import (
     HostGate,
     Timer,
     calls_per_reading,
+    under_mps,
 )
 
 #: Timed outputs of more elements are checked at this many random positions (correctness trials compare
@@ -54,6 +55,9 @@ MIN_READINGS = 10
 ESTIMATE_CALLS = 3
 #: Timed readings of a side before their precision (``EvalOptions.perf_precision``) may end its timing.
 PRECISE_MIN_READINGS = 20
+#: How much longer than the reference's a candidate's output copy may take before the copy bounds its
+#: time (:func:`copy_bound`): a sampled copy of up to ``TIMED_SAMPLE_ELEMENTS`` takes a few us.
+COPY_REL, COPY_ABS_MS = 0.10, 0.002
 #: Readings of one call each that a side takes beside its readings of several (:func:`lone_bound`).
 LONE_READINGS = 10
 #: How far the candidate's per-call time may fall below its lone calls' (scaled by the reference's
@@ -332,7 +336,8 @@ class Run:
             out = self.decode(role, reply)
             if self.device.type != "cuda":  # the CPU timer's span ends with this copy: the same for both
                 return lambda: snapshot(out)
-            if role == "candidate":  # sampled (cloning multi-GB outputs costs more than the kernels)
+            if role == "candidate" or under_mps():  # sampled (cloning multi-GB outputs costs more than
+                # the kernels); under MPS the reference's too: its copy's length is the candidate's baseline
                 return lambda: snapshot(out, TIMED_SAMPLE_ELEMENTS)
             return lambda: unwrap(out)
 
@@ -369,7 +374,8 @@ class Run:
                     if ms is None:
                         continue  # the gate expired before the side answered: measure again
                     packed = msg["calls"] if drawing else packed
-                    call = Call(ms, reply["read"], reply, packed, arena, getattr(timer, "host_timed", False))
+                    host_timed, copy_ms = getattr(timer, "host_timed", False), getattr(timer, "copy_ms", 0.0)
+                    call = Call(ms, reply["read"], reply, packed, arena, host_timed, copy_ms)
                     return self._answered(role, values, many, call)
             if isinstance(reply.get("need"), int) and 0 < reply["need"] < 1 << 40:
                 self.arena(role, "out", reply["need"])
@@ -509,6 +515,8 @@ class Call:
     arena: transport.Arena
     #: A timed reading that missed the longest gate: its ``ms`` holds host time (``timing.GATE_TRIES``).
     host_timed: bool = False
+    #: A timed reading's copy of its outputs behind its end (ms; :func:`copy_bound`).
+    copy_ms: float = 0.0
 
     def inputs_after(self) -> Any:
         """The judge's views of this call's inputs as the side left them (in-place and out= results)."""
@@ -637,6 +645,24 @@ def lone_bound(
     if med >= floor or med <= 0:
         return per_call, info
     return [x * floor / med for x in per_call], {**info, "lone_bound": 1.0}
+
+
+def copy_bound(
+    per_call: list[float], copied: list[float], reference_copy_ms: float
+) -> tuple[list[float], int]:
+    """Under MPS, each of the candidate's per-call times (``per_call``: to its *done*) raised to its time
+    until the judge's copy of its outputs finished (``copied``, per call, the path's cost taken off) less
+    the reference's median copy of the same outputs (``reference_copy_ms``, with ``COPY_REL`` and
+    ``COPY_ABS_MS`` of slack); and how many it raised.
+
+    Why: under MPS the side's work runs beside the judge's, so a submission can mark its call done and
+    finish on another stream. The judge's copy of the outputs, right behind *done*, then reads them
+    unfinished (incorrect) or, when that work fills the GPU, queues behind it: a side-stream ReLU read
+    284431x with the copy unbounded (bench/results/timing_fidelity_h100_mps_side_stream_escapes.json).
+    An honest kernel's outputs copy as fast as the reference's, so its time stands."""
+    slack = reference_copy_ms * (1 + COPY_REL) + COPY_ABS_MS
+    bound = [max(d, c - slack) for d, c in zip(per_call, copied, strict=True)]
+    return bound, sum(b > d for b, d in zip(bound, per_call, strict=True))
 
 
 def reading_count(perf_trials: int, calls: int) -> int:

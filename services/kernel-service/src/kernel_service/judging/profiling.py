@@ -215,6 +215,8 @@ def parse_ncu_csv(text: str, returncode: int = 0, stderr: str = "") -> dict[str,
         app = [ln.strip() for ln in stderr.splitlines() if ln.strip() and not ln.startswith("==")]
         if app:
             tail += f"; the replay's last output: {app[-1][-300:]}"
+        if "cudaGetDeviceCount" in tail:  # measured on the H100 (bench/ncu_sandbox_probe.py)
+            tail += "; under ncu, CUDA does not start inside the worker's Landlock sandbox (it does without Landlock)"
         return {"error": f"ncu measured no kernel (exit status {returncode}): {tail[:600]}"}
     header = rows[header_at]
     best: dict[str, float] | None = None

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import os
 import statistics
 import threading
 import time
@@ -91,11 +92,23 @@ Read = Callable[[dict[str, Any]], Callable[[], Any]]
 Write = Callable[..., None]
 
 
+def under_mps() -> bool:
+    """Whether this worker's GPU work goes through the service's own MPS daemon (``workers.mps`` gives the
+    eval workers ``CUDA_MPS_PIPE_DIRECTORY``)."""
+    return bool(os.environ.get("CUDA_MPS_PIPE_DIRECTORY"))
+
+
 def calls_per_reading(call_ms: float, call_bytes: int, leaves: int, max_nodes: int) -> int:
     """How many calls one timed reading of a call taking ``call_ms`` (GPU work, the path's cost taken
     off; <= 0 when too short to tell) makes: enough for ``READING_TARGET_MS`` of work, within the caps on
     calls, on bytes (``call_bytes``: one call's inputs, outputs and the judge's copies of the outputs) and
-    on the values a reply may name."""
+    on the values a reply may name.
+
+    Under MPS, one: the path costs ~8-16 us there (no context switch), so nothing needs dividing, and a
+    reading of one call leaves a candidate no set of calls to overlap, batch or share work across, and
+    starts every call from a flushed L2 (bench/chained_calls_probe.py measured the per-call path)."""
+    if under_mps():
+        return 1
     calls = MAX_CALLS_PER_READING if call_ms <= 0 else math.ceil(READING_TARGET_MS / call_ms)
     calls = min(calls, MAX_CALLS_PER_READING, READING_BYTES // max(call_bytes, 1))
     return max(1, min(calls, max_nodes // max(leaves + 2, 1)))
@@ -346,6 +359,9 @@ class GatedSide:
         #: The last reading's host round trip (us) and whether it was accepted with host time in it.
         self.round_trip_us = 0.0
         self.host_timed = False
+        #: The last reading's copy of the outputs (ms from ``end``): under MPS a side's work hidden on
+        #: another stream delays it (``judging.copy_bound``).
+        self.copy_ms = 0.0
 
     @property
     def longest(self) -> bool:
@@ -359,8 +375,8 @@ class GatedSide:
         and copies, the side launches, and a reading of 256 short calls took 10-30 ms of host time)."""
         t = self.timer
         stream = torch.cuda.current_stream(t.device)
-        ev = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
-        start, mid, end = ev
+        ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+        start, mid, end, copied = ev
         gate_us = max(t.gate_us, calls * GATE_US_PER_CALL)  # one call: the gate (>= MIN_GATE_US) itself
         t.gate.hold(gate_us)
         asked = time.perf_counter()  # the gate must outlast the judge's writing (drawing) of the inputs too
@@ -376,14 +392,17 @@ class GatedSide:
                 stream.wait_event(self.done)
                 end.record(stream)
                 reply["read"] = copy()
+                copied.record(stream)  # under MPS the copy can queue behind work the side still runs
             else:
                 end.record(stream)
+                copied.record(stream)
         finally:
             # Held only if the end and the output copies were enqueued while the gate still held the
             # stream: then ``end`` marks the side's *done* (not this process's latency in decoding the
             # reply) and the copies run right behind it, before the side could change its outputs.
             held = t.gate.release(start)
         round_trip_us = self.round_trip_us = (time.perf_counter() - asked) * 1e6
+        self.copy_ms = 0.0
         t.round_trips_us.append(round_trip_us)
         self.host_timed = False
         if not _reached(end, t.deadline_s):
@@ -397,4 +416,5 @@ class GatedSide:
         elif t.gate_us > MIN_GATE_US and GATE_MARGIN * round_trip_us < t.gate_us / 2:
             t.gate_us = max(t.gate_us / 2, MIN_GATE_US)  # replies are fast (again)
         t.prep[self.role].append(float(start.elapsed_time(mid)))
+        self.copy_ms = float(end.elapsed_time(copied))
         return float(mid.elapsed_time(end)), reply

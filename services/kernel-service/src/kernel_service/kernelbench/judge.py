@@ -55,6 +55,7 @@ from ..judging.judging import (
     Run,
     calibrate,
     candidate_reading_size,
+    copy_bound,
     degraded,
     foreign,
     host_capped,
@@ -69,7 +70,7 @@ from ..judging.judging import (
     unwrap,
 )
 from ..judging.schemas import PRECISION_TOLERANCE, Outcome, TimingStats, excerpt, reward_for
-from ..judging.timing import CpuTimer, GpuTimer, PrepError, Timer
+from ..judging.timing import CpuTimer, GpuTimer, PrepError, Timer, under_mps
 
 #: Stop timing early (keeping what was measured) once this share of the job's timeout is spent.
 TIMING_BUDGET_SHARE = 0.6
@@ -408,7 +409,8 @@ def _time(
     gpu = isinstance(base, GpuTimer)
     if isinstance(base, GpuTimer):
         base.start_job()
-    cached = job.cached_ref_timing
+    # under MPS the reference is timed every time: its output copies are the candidate's baseline
+    cached = job.cached_ref_timing if not under_mps() else None
     budget = opts.timeout_s * TIMING_BUDGET_SHARE
     timers: dict[str, Timer] = run.timers or {
         role: base.bind(role, partial(run.ask, role)) for role in ("candidate", "reference")
@@ -454,6 +456,7 @@ def _time(
     # a side took 9 s of a level-1 sweep's 5 minutes; such kernels vary by well under 1%)
     rel = opts.perf_precision if gpu else 0.0
     new_raw: list[tuple[float, int]] = []  # (ms, calls) of each counted reading
+    new_copy: list[float] = []  # each counted reading's output copy (ms; ``copy_bound``)
     checked: list[tuple[int, Any]] = []  # (seed, output) of every timed call, checked against the reference's
     host = {"candidate": 0, "reference": 0, "dropped": 0}  # readings with host time: kept, dropped
     i = 0
@@ -472,6 +475,7 @@ def _time(
             continue
         host["candidate"] += timed.host_timed
         new_raw.append((timed.ms, m))
+        new_copy.append(timed.copy_ms)
         if time.perf_counter() - started > budget and len(new_raw) >= MIN_TIMED_TRIALS:
             break
         if precise(_per_call(new_raw, base.null_ms), 0.0, rel):
@@ -497,6 +501,7 @@ def _time(
     except PrepError as exc:
         raise HarnessError(Outcome.EXECUTION_FAILURE, str(exc)) from exc
     ref_raw: list[tuple[float, int]] = []
+    ref_copy: list[float] = []
     lone_ref: list[float] = []
     mismatch: str | None = None
 
@@ -525,6 +530,7 @@ def _time(
             elif len(chunk) == n:  # a shorter last reading is checked, not counted
                 host["reference"] += timed.host_timed
                 ref_raw.append((timed.ms, n))
+                ref_copy.append(timed.copy_ms)
         # every seed the candidate ran is replayed; then, while the reference's median is less precise
         # than the candidate's was asked to be, readings on fresh seeds (no candidate output to check)
         while (
@@ -537,6 +543,7 @@ def _time(
             assert timed.ms is not None
             host["reference"] += timed.host_timed
             ref_raw.append((timed.ms, n))
+            ref_copy.append(timed.copy_ms)
         for seed, snap in lone_checked:
             timed = replay([(seed, snap)])
             if not timed.host_timed and timed.ms is not None:
@@ -554,7 +561,14 @@ def _time(
     # read against the lower level would bind honest ~25 us kernels (BENCHMARKS.md, "The calls of one
     # reading"); what the candidate gains from the other level is at most that much times ``ratio``
     lone_null = max(null_ms, run.candidate_null_ms or 0.0)
-    new_pc, lone_info = lone_bound(_per_call(new_raw, null_ms), lone_new, lone_null, ratio)
+    new_pc = _per_call(new_raw, null_ms)
+    copy_info: dict[str, float] = {}
+    if gpu and under_mps() and ref_copy:
+        ref_copy_ms = statistics.median(ref_copy)
+        copied = _per_call([(ms + c, k) for (ms, k), c in zip(new_raw, new_copy, strict=True)], null_ms)
+        new_pc, raised = copy_bound(new_pc, copied, ref_copy_ms)
+        copy_info = {"reference_copy_us": round(ref_copy_ms * 1e3, 2), "copy_bound_readings": float(raised)}
+    new_pc, lone_info = lone_bound(new_pc, lone_new, lone_null, ratio)
     if run.candidate_null_ms is not None:
         lone_info["candidate_null_us"] = round(run.candidate_null_ms * 1e3, 2)
     if lone_ref:
@@ -567,7 +581,7 @@ def _time(
                 "readings": len(new_raw), "reference_readings": len(ref_raw),
                 "host_timed_readings": host["candidate"], "host_timed_reference_readings": host["reference"],
                 "host_timed_dropped": host["dropped"],
-                **lone_info}  # fmt: skip
+                **lone_info, **copy_info}  # fmt: skip
         if degraded(host["candidate"], len(new_raw)) or degraded(host["reference"], len(ref_raw)):
             why_degraded = (
                 f"{host['candidate']} of the candidate's and {host['reference']} of the reference's readings "
