@@ -52,7 +52,7 @@ for s in "${steps[@]}"; do
     multigpu) step multigpu 240 python3 -m pytest -m gpu tests/kernel_service/test_gpu_multi.py -q -p no:cacheprovider ;;
     adversarial_gpu1) step adversarial_gpu1 120 python3 bench/adversarial/run_gpu.py --gpus 1 --out "$OUT/adversarial_gpu1.json" ;;
     adversarial) step adversarial 75 python3 bench/adversarial/run_gpu.py --out "$OUT/adversarial.json" ;;
-    loaded) step loaded 420 python3 bench/loaded_fidelity.py --builds 12 --storm-s ${STORM_S:-240} --out "$OUT/loaded.json" ;;
+    loaded) step loaded 420 python3 bench/loaded_fidelity.py --builds 12 --storm-s ${STORM_S:-240} --mps ${MPS:-off} --out "$OUT/loaded.json" ;;
     fidelity) step fidelity 120 python3 bench/timing_fidelity.py --calls 100 --mps off --jobs 2 --out "$OUT/fidelity.json" ;;
     backendbench)
       h100_index

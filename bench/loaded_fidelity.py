@@ -228,6 +228,7 @@ def main() -> int:
     parser.add_argument("--builds", type=int, default=12, help="distinct CUDA builds submitted at once")
     parser.add_argument("--calls", type=int, default=100, help="calls of the independent timer")
     parser.add_argument("--storm-s", type=float, default=300.0, help="stop the loaded rounds after this")
+    parser.add_argument("--mps", choices=["off", "on"], default="off", help="the service's MPS setting")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -239,7 +240,8 @@ def main() -> int:
     from benchmark_runner.service.server import start_server
 
     t0 = time.perf_counter()
-    service = KernelService(KernelServiceConfig(work_dir=Path(tempfile.mkdtemp(prefix="loaded-"))))
+    config = KernelServiceConfig(work_dir=Path(tempfile.mkdtemp(prefix="loaded-")), mps=args.mps)  # type: ignore[arg-type]
+    service = KernelService(config)
     with start_server(make_app(service), startup_timeout=300) as server:
         # Every CUDA build of the honest kernels at once (this process's for its own timer, the service's),
         # then the independent timer with the service idle, then the service's rounds.
