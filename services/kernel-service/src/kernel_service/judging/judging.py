@@ -366,6 +366,7 @@ class Run:
                         write,
                         not patient or tries >= GATE_TRIES or getattr(timer, "longest", False),
                         len(values) if many else 1,
+                        msg=msg,
                     )
                 except TimeoutError as exc:
                     self.recycle = f"a timed call of the {role} never finished on the GPU"
@@ -731,5 +732,5 @@ def calibrate(
         write = partial(run.draw, draw, arena, msg)
     assert isinstance(timer, GatedSide)
     if role != "reference":
-        return base.side_null(timer, partial(run.ask, role, msg), write)
-    return base.calibrate_null(timer, partial(run.ask, role, msg), write)
+        return base.side_null(timer, partial(run.ask, role, msg), write, msg)
+    return base.calibrate_null(timer, partial(run.ask, role, msg), write, msg)

@@ -120,7 +120,13 @@ class Timer(Protocol):
     method: str
 
     def time_call(
-        self, ask: Ask, read: Read, write: Write, last_try: bool, calls: int = 1
+        self,
+        ask: Ask,
+        read: Read,
+        write: Write,
+        last_try: bool,
+        calls: int = 1,
+        msg: dict[str, Any] | None = None,
     ) -> tuple[float | None, dict[str, Any]]: ...
 
 
@@ -138,7 +144,13 @@ class CpuTimer:
         return self
 
     def time_call(
-        self, ask: Ask, read: Read, write: Write, last_try: bool = True, calls: int = 1
+        self,
+        ask: Ask,
+        read: Read,
+        write: Write,
+        last_try: bool = True,
+        calls: int = 1,
+        msg: dict[str, Any] | None = None,
     ) -> tuple[float | None, dict[str, Any]]:
         t0 = time.perf_counter()
         write()
@@ -276,6 +288,8 @@ class GpuTimer:
         self.deadline_s = deadline_s
         self.null_ms = 0.0
         self.prep: dict[str, list[float]] = {}
+        #: Under MPS, each role's counters for hops through stream memory operations (``cuda_ipc.Hop``).
+        self.hops: dict[str, cuda_ipc.Hop] = {}
 
     def start_job(self) -> None:
         """Each job starts from the initial gate: one slow reply (a first launch, a pause of the host)
@@ -299,37 +313,47 @@ class GpuTimer:
     def bind(self, role: str, ask: Callable[[dict[str, Any]], dict[str, Any]]) -> GatedSide:
         go = torch.cuda.Event(interprocess=True)
         go.record()
-        reply = ask({"op": "events", "go": bytes(go.ipc_handle()).hex()})
+        msg = {"op": "events", "go": bytes(go.ipc_handle()).hex()}
+        hop = None
+        if under_mps():
+            hop = self.hops.get(role) or self.hops.setdefault(role, cuda_ipc.Hop())
+            hop.reset()
+            msg["hop"] = hop.handle.hex()
+        reply = ask(msg)
         handle = reply.get("done")
         if not reply.get("ok") or not isinstance(handle, str) or len(handle) != 128:
             raise RuntimeError(f"the {role} process did not share its event")
         done = torch.cuda.Event.from_ipc_handle(self.device, bytes.fromhex(handle))
         self.prep[role] = []
-        return GatedSide(self, role, go, done)
+        return GatedSide(self, role, go, done, hop if reply.get("hop") else None)
 
-    def calibrate_null(self, side: GatedSide, ask_null: Ask, write: Write) -> float:
+    def calibrate_null(
+        self, side: GatedSide, ask_null: Ask, write: Write, msg: dict[str, Any] | None = None
+    ) -> float:
         """The path's own cost (ms), from null calls (wait on *go*, record *done*) of the trusted reference
         side, with this job's inputs written as for a real call (their preparation time is the baseline).
         Call it with the candidate gone: nothing else may run on the GPU meanwhile."""
         self.prep["reference"] = []
-        self.null_ms = self._null_median(side, ask_null, write)
+        self.null_ms = self._null_median(side, ask_null, write, msg)
         self.prep["null"], self.prep["reference"] = self.prep["reference"], []
         return self.null_ms
 
-    def side_null(self, side: GatedSide, ask_null: Ask, write: Write) -> float:
+    def side_null(
+        self, side: GatedSide, ask_null: Ask, write: Write, msg: dict[str, Any] | None = None
+    ) -> float:
         """The path's cost (ms) through ``side``'s own process, measured as :meth:`calibrate_null` does
         through the reference's, for the report only: it changes neither the calibration nor the
         preparation records (a side may make its own null calls slow, so nothing is decided by it)."""
         kept = {role: list(times) for role, times in self.prep.items()}
         try:
-            return self._null_median(side, ask_null, write)
+            return self._null_median(side, ask_null, write, msg)
         finally:
             self.prep = kept
 
-    def _null_median(self, side: GatedSide, ask_null: Ask, write: Write) -> float:
+    def _null_median(self, side: GatedSide, ask_null: Ask, write: Write, msg: dict[str, Any] | None) -> float:
         readings = []
         for i in range(NULL_CALLS + GATE_TRIES):
-            ms, reply = side.time_call(ask_null, lambda r: lambda: None, write, i >= NULL_CALLS)
+            ms, reply = side.time_call(ask_null, lambda r: lambda: None, write, i >= NULL_CALLS, msg=msg)
             if ms is not None:
                 readings.append(ms)
             if len(readings) >= NULL_CALLS:
@@ -353,8 +377,15 @@ class GpuTimer:
 class GatedSide:
     """The gated timer bound to one side's inter-process events."""
 
-    def __init__(self, timer: GpuTimer, role: str, go: torch.cuda.Event, done: torch.cuda.Event) -> None:
-        self.timer, self.role, self.go, self.done = timer, role, go, done
+    def __init__(
+        self,
+        timer: GpuTimer,
+        role: str,
+        go: torch.cuda.Event,
+        done: torch.cuda.Event,
+        hop: cuda_ipc.Hop | None = None,
+    ) -> None:
+        self.timer, self.role, self.go, self.done, self.hop = timer, role, go, done, hop
         self.method = timer.method
         #: The last reading's host round trip (us) and whether it was accepted with host time in it.
         self.round_trip_us = 0.0
@@ -369,7 +400,13 @@ class GatedSide:
         return self.timer.gate_us >= MAX_GATE_US
 
     def time_call(
-        self, ask: Ask, read: Read, write: Write, last_try: bool = True, calls: int = 1
+        self,
+        ask: Ask,
+        read: Read,
+        write: Write,
+        last_try: bool = True,
+        calls: int = 1,
+        msg: dict[str, Any] | None = None,
     ) -> tuple[float | None, dict[str, Any]]:
         """One reading of ``calls`` calls (the gate waits for the host's work on each: the judge writes
         and copies, the side launches, and a reading of 256 short calls took 10-30 ms of host time)."""
@@ -384,12 +421,21 @@ class GatedSide:
         write(False)
         t.flush.zero_()
         mid.record(stream)
-        self.go.record(stream)
+        hop = self.hop if msg is not None else None
+        if hop is not None:  # ``msg`` tells the side which count to wait for
+            assert msg is not None
+            msg["hop"] = n = hop.next()
+            cuda_ipc.stream_write_value(stream.cuda_stream, hop.ptr, n)
+        else:
+            self.go.record(stream)
         try:
             reply = ask()
             if reply.get("ok"):
                 copy = read(reply)  # decodes (opens the side's memory) before the end is recorded
-                stream.wait_event(self.done)
+                if hop is not None:
+                    cuda_ipc.stream_wait_value(stream.cuda_stream, hop.ptr + hop.DONE_AT, n)
+                else:
+                    stream.wait_event(self.done)
                 end.record(stream)
                 reply["read"] = copy()
                 copied.record(stream)  # under MPS the copy can queue behind work the side still runs
@@ -405,7 +451,7 @@ class GatedSide:
         self.copy_ms = 0.0
         t.round_trips_us.append(round_trip_us)
         self.host_timed = False
-        if not _reached(end, t.deadline_s):
+        if not _reached(copied, t.deadline_s):  # behind ``end``: the outputs' copy as well
             raise TimeoutError("a timed call did not finish on the GPU")
         if not held:
             t.misses += 1
