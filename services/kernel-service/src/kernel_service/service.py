@@ -111,9 +111,9 @@ class KernelServiceConfig:
     max_jobs_per_worker: int = 50
     fsize_bytes: int = 1 << 30
     nproc: int | None = None
-    #: NVIDIA MPS for the eval workers' GPUs (see ``mps.py``: off by default, because under MPS work a
-    #: submission hides on another stream can overlap the judge's end of a call, and one client's fatal
-    #: fault ends the judge's context too). "auto": when there are GPUs and the control tool exists.
+    #: NVIDIA MPS for the eval workers' GPUs (see ``mps.py``: off by default, because under MPS honest short
+    #: kernels read with a spread of +-15-25% between jobs on the H100, and one client's fatal fault ends the
+    #: judge's context too). "auto": when there are GPUs and the control tool exists.
     mps: Literal["auto", "on", "off"] = "off"
 
 

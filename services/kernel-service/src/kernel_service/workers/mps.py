@@ -3,10 +3,14 @@
 Without MPS, the judge's stream waiting on a side's event crosses GPU contexts, and the time-sliced
 switch adds about 0.28 ms to every timed call, which the judge measures with null calls and subtracts;
 the switch also means the judge's end of a call cannot pass work the candidate's context still runs on
-another stream (measured: a side-stream kernel gains nothing). Under MPS the path costs about 16 us, but
-clients run concurrently: a submission that marks its call done and finishes on a side stream can
-overlap the judge's end event (measured on the H100: sometimes caught as incomplete output, sometimes
-not), so MPS is off by default. The
+another stream (measured: a side-stream kernel gains nothing). Under MPS clients run concurrently, so the
+judge times differently there (issue 30): every reading is one call (``timing.calls_per_reading``: no set
+of calls for a candidate to batch or overlap, L2 flushed before each), the go/done hop goes through stream
+memory operations (``cuda_ipc.Hop``: 6.6 us, against 16 or 23 us by process with inter-process events),
+and a candidate's time is bounded by the judge's copy of its outputs (``judging.copy_bound``: work hidden
+on another stream past *done* delays that copy). Measured on the H100: every reading-calls cheat at most
+the honest rewrite, the 19 adversarial cases defended; but honest short kernels (27-60 us) spread
+0.82-1.27 between jobs, so MPS is off by default. The
 daemon gets its own pipe and log dirs under the service's work dir, so it touches no other MPS user of
 the host; the eval workers find it through ``CUDA_MPS_PIPE_DIRECTORY``. Under MPS a fatal GPU fault of one
 client ends every client of that GPU: the judge then finds its context gone and its worker is replaced.
