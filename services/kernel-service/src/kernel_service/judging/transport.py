@@ -37,6 +37,8 @@ DTYPES: dict[str, torch.dtype] = {
     )
 }  # fmt: skip
 MAX_DIMS = 16
+#: ``ipc``: GPU arenas as ``cuMemAlloc`` blocks shared by IPC handle, not by file descriptor (experiments).
+ARENA_ENV = "KS_ARENA"
 MAX_NODES = 4096
 ALIGN = 256
 
@@ -86,6 +88,8 @@ class Arena:
         self._shared: cuda_ipc.Shared | None = None
         if device.type == "cuda":
             try:  # shared by a file descriptor: a side reads it as fast as its own memory
+                if os.environ.get(ARENA_ENV) == "ipc":  # an experiment's choice (timing under MPS)
+                    raise cuda_ipc.CudaDriverError(f"{ARENA_ENV}=ipc")
                 self._shared = cuda_ipc.Shared(self.nbytes, device.index or 0)
                 self.nbytes = self._shared.size
                 self.fd = self._shared.export_fd()
