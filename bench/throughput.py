@@ -215,6 +215,7 @@ async def submit_all(
     latencies: list[float] = [0.0] * len(bodies)
     answers: list[dict[str, Any]] = [{} for _ in bodies]
 
+    done = [0]
     async with httpx.AsyncClient(base_url=url, timeout=timeout) as client:
 
         async def one(k: int, body: dict[str, Any]) -> None:
@@ -223,8 +224,11 @@ async def submit_all(
                 r = await client.post("/v1/evaluate", json=body)
                 latencies[k] = time.perf_counter() - t0
                 answers[k] = r.json() if r.status_code == 200 else {"outcome": f"http_{r.status_code}"}
+            done[0] += 1  # as each answer lands: a run cut off by its time limit still shows its pace
+            print(f"{done[0]}/{len(bodies)} answered at {time.perf_counter() - start:.1f} s: "
+                  f"{answers[k].get('outcome')}", file=sys.stderr, flush=True)  # fmt: skip
 
-        t0 = time.perf_counter()
+        t0 = start = time.perf_counter()
         await asyncio.gather(*(one(k, b) for k, b in enumerate(bodies)))
         wall = time.perf_counter() - t0
     return answers, latencies, wall
