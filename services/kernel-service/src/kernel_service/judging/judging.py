@@ -58,9 +58,6 @@ PRECISE_MIN_READINGS = 20
 #: How much longer than the reference's a candidate's output copy may take before the copy bounds its
 #: time (:func:`copy_bound`): a sampled copy of up to ``TIMED_SAMPLE_ELEMENTS`` takes a few us.
 COPY_REL, COPY_ABS_MS = 0.10, 0.002
-#: Under MPS, the wait after the candidate is killed before the reference is timed (the MPS server
-#: tears the killed client down on its own time).
-MPS_SETTLE_S = 0.3
 #: Readings of one call each that a side takes beside its readings of several (:func:`lone_bound`).
 LONE_READINGS = 10
 #: How far the candidate's per-call time may fall below its lone calls' (scaled by the reference's
@@ -476,8 +473,6 @@ class Run:
         if not reply.get("ok"):
             raise self.side_error("candidate", reply)
         self.kill("candidate")
-        if self.device.type == "cuda" and under_mps():
-            time.sleep(MPS_SETTLE_S)
 
     def kill(self, role: str) -> None:
         side = self.sides.get(role)

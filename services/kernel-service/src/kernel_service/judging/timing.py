@@ -25,6 +25,10 @@ outputs the judge copies right there are then incomplete: an incorrect verdict),
 writes its inputs and flushes L2 (``start -> mid`` is the judge's own work: a side's median that exceeds
 the reference side's for the same inputs by over ``PREP_SLACK`` is an execution failure).
 
+Under the service's MPS daemon (``workers.mps``) clients run at once, so a reading is one call, the hop
+is a pair of counters in device memory (``cuda_ipc.Hop``) instead of the events, and a candidate's time is
+bounded by the judge's copy of its outputs (``judging.copy_bound``).
+
 CPU (:class:`CpuTimer`): the judge's ``perf_counter`` from before it writes the inputs until it has its own
 copy of the outputs the side put into the judge's shared memory (the same copy for both sides).
 """
@@ -266,6 +270,16 @@ def make_gate(device: torch.device) -> SleepGate | HostGate:
         return SleepGate(device)
 
 
+#: How a reading is made under the service's MPS daemon (``workers.mps``).
+MPS_METHOD = (
+    "judge-side CUDA events around the side's work under MPS: one call a reading, go and done as counters "
+    "written and waited on by stream memory operations behind a GPU gate (inputs written after the start, "
+    "L2 flushed, no host latency, the path's null-call cost subtracted), each candidate call's time at least "
+    "its time to the end of the judge's copy of its outputs less the reference's copy; candidate timed, "
+    "killed, then the reference; median of the readings"
+)
+
+
 class GpuTimer:
     """Judge-side CUDA events behind a GPU-side gate (see the module docstring). One per judge."""
 
@@ -280,6 +294,8 @@ class GpuTimer:
 
     def __init__(self, device: torch.device, deadline_s: float = 60.0) -> None:
         self.device = device
+        if under_mps():
+            self.method = MPS_METHOD
         self.flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=device)
         self.gate = make_gate(device)
         self.gate_us = INITIAL_GATE_US
@@ -316,7 +332,9 @@ class GpuTimer:
         msg = {"op": "events", "go": bytes(go.ipc_handle()).hex()}
         hop = None
         if under_mps():
-            hop = self.hops.get(role) or self.hops.setdefault(role, cuda_ipc.Hop())
+            if role not in self.hops:
+                self.hops[role] = cuda_ipc.Hop()
+            hop = self.hops[role]
             hop.reset()
             msg["hop"] = hop.handle.hex()
         reply = ask(msg)
