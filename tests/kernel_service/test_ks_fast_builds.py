@@ -118,3 +118,41 @@ def test_the_precompiled_header_is_one_gcc_uses_for_the_builds_flags(
     proc = subprocess.run(cmd, shell=True, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert f"! {gchs[0]}" in proc.stderr, proc.stderr[:2000]
+
+
+@pytest.fixture(scope="module")
+def busy_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, KernelService]]:
+    """One compile worker: never two free, as in a batch that keeps the pool busy."""
+    service = KernelService(
+        KernelServiceConfig(
+            gpus=[],
+            cpu_workers=1,
+            compile_workers=1,
+            work_dir=tmp_path_factory.mktemp("ks-busy"),
+            light_include=True,
+        )
+    )
+    with start_server(make_app(service), startup_timeout=120) as srv:
+        yield srv.url, service
+
+
+def test_a_busy_pool_builds_light_alone_and_as_written_only_when_light_fails(
+    busy_service: tuple[str, KernelService],
+) -> None:
+    url, service = busy_service
+    cache = service.build_cache
+    assert cache is not None and service.compile_spare() == 1
+    versions = service._versions()
+    solution = S.SOL_CPP_ADD.replace("ks_test_add_cpu", "ks_test_add_busy")
+    res = _post(url, solution)
+    assert res.outcome == "correct", f"{res.message}\n{res.compile_log}"
+    light = light_source(solution)
+    assert light is not None and BuildCache.is_built(cache.dir_for(light, "cpp", versions))
+    # no race: the as-written build never started, so nothing of it runs on or fills the cache
+    assert not service._background
+    assert not BuildCache.is_built(cache.dir_for(solution, "cpp", versions))
+
+    res = _post(url, NEEDS_FULL_INCLUDE)  # its light build fails: then the source as written
+    assert res.outcome == "correct", f"{res.message}\n{res.compile_log}"
+    assert BuildCache.is_built(cache.dir_for(NEEDS_FULL_INCLUDE, "cpp", versions))
+    assert service.compile_spare() == 1  # every compile answered

@@ -190,6 +190,7 @@ class KernelService(BenchmarkService):
         self.env_info: dict[str, Any] = {}
         self._ray: Any = None  # the RayCluster handle when executor == "ray"
         self._background: set[Any] = set()  # as-written builds still running after a light one won
+        self._compiling = 0  # compile jobs submitted and not yet answered (``compile_spare``)
         self._mps: MpsDaemon | None = None
 
     @property
@@ -599,6 +600,10 @@ class KernelService(BenchmarkService):
             self.ref_cache.put(ref_key, response.ref_timing)
         return response, reply.result is not None
 
+    def compile_spare(self) -> int:
+        """Compile workers free for another build now (none queued behind them)."""
+        return 0 if self.compile_pool is None else max(0, self.compile_pool.size - self._compiling)
+
     async def _compile(
         self, request: KernelEvalRequest, build_dir: Path, base: dict[str, Any]
     ) -> tuple[KernelEvalResponse | None, float, float]:
@@ -617,7 +622,11 @@ class KernelService(BenchmarkService):
             "options": request.options.model_dump(mode="json"),
             "build_dir": str(build_dir),
         }
-        reply, waited = await self.compile_pool.run(job, request.options.timeout_s + KILL_GRACE_S)
+        self._compiling += 1
+        try:
+            reply, waited = await self.compile_pool.run(job, request.options.timeout_s + KILL_GRACE_S)
+        finally:
+            self._compiling -= 1
         if reply.result is None:
             if reply.failure == "timeout":
                 return (

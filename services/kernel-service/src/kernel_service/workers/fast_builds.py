@@ -158,12 +158,15 @@ def pch_session(root: str | None = None) -> Iterator[BuildHook | None]:
 async def race_light_build(service: Any, request: Any, base: dict[str, Any]) -> tuple[Any, Any]:
     """The request to judge (light or as written) and its finished compile (None: already built).
 
-    Both builds start at once (two compile workers); the light one is taken when it builds, else the
-    build as written, whose result is awaited, never restarted. After a light win, the as-written build
-    runs on in the background (``service._background``) and fills its cache entry: the slot is the
-    price of not waiting twice. A source that builds light but not as written (a name clash with the
-    headers the light include leaves out) would be judged on the light build: the one way verdicts
-    could differ, and why this is an option, off by default.
+    With two compile workers free, both builds start at once; the light one is taken when it builds, else
+    the build as written, whose result is awaited, never restarted. After a light win, the as-written
+    build runs on in the background (``service._background``: a started build stops only at its end) and
+    fills its cache entry: the slot is the price of not waiting twice. With fewer free (a batch keeps the
+    pool busy), the light build runs alone and the as-written one only if it fails: racing would double
+    every solution's nvcc work while other solutions wait for workers (a batch of 50 with the race did
+    not finish in the time the plain batch took: BENCHMARKS.md, issue 34). A source that builds light but
+    not as written (a name clash with the headers the light include leaves out) would be judged on the
+    light build: the one way verdicts could differ, and why this is an option, off by default.
     """
     light = light_source(request.solution)
     if light is None:
@@ -182,6 +185,11 @@ async def race_light_build(service: Any, request: Any, base: dict[str, Any]) -> 
         with cache.pinned(build_dir):
             return await service._compile(req, build_dir, base)
 
+    if service.compile_spare() < 2:  # a busy pool: light alone, as written only if it fails
+        light_done = await build(light_request, light_dir)
+        if light_done[0] is None and cache.is_built(light_dir):
+            return light_request, light_done
+        return request, await build(request, full_dir)
     light_task = asyncio.ensure_future(build(light_request, light_dir))
     full_task = asyncio.ensure_future(build(request, full_dir))
     try:
