@@ -181,6 +181,7 @@ class Side:
                 if msg["hop"] not in self._hops:
                     self._hops[msg["hop"]] = cuda_ipc.open_handle(bytes.fromhex(msg["hop"]))[0]
             except (cuda_ipc.CudaDriverError, ValueError):  # the judge keeps to the events then
+                self.hop = None
                 return reply
             self.hop = self._hops[msg["hop"]]
             reply["hop"] = True
