@@ -7,6 +7,8 @@
 #                                            precision level1_bf16 compile_bf16 profile (issue 31: fp16/bf16 and profiles)
 #                                            loaded (issue 30: honest kernels timed while 12 CUDA builds run)
 #                                            builds (issue 34: cold build times, plain / pch / light include / both)
+# Knobs: BUILD_OPTIONS, BUILD_PARALLEL (builds of one option at once), COMPILE_ARGS (e.g. --task-ids-from F),
+# MPS=on (the loaded step under the service's MPS daemon), STORM_S, BB_ARGS.
 #
 # With no STEP: tests adversarial fidelity backendbench level1. Each step's command and what it measures are
 # in BENCHMARKS.md (the BackendBench step includes the timing self-check, each smoke op against itself).
