@@ -39,20 +39,25 @@ def test_light_source_rewrites_only_the_extension_include() -> None:
     assert "no_implicit_headers=True" in NEEDS_FULL_INCLUDE and "ks_test_needs_full" in NEEDS_FULL_INCLUDE
 
 
-@pytest.fixture(scope="module")
-def fast_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, KernelService]]:
-    service = KernelService(
-        KernelServiceConfig(
-            gpus=[],
-            cpu_workers=1,
-            compile_workers=2,  # the light and the as-written build run at once
-            work_dir=tmp_path_factory.mktemp("ks-fast"),
-            build_pch=True,
-            light_include=True,
-        )
+def _served(work_dir: Path, compile_workers: int, build_pch: bool) -> Iterator[tuple[str, KernelService]]:
+    """A CPU service with light-include builds over real HTTP: its URL and the service."""
+    config = KernelServiceConfig(
+        gpus=[],
+        cpu_workers=1,
+        compile_workers=compile_workers,
+        work_dir=work_dir,
+        build_pch=build_pch,
+        light_include=True,
     )
+    service = KernelService(config)
     with start_server(make_app(service), startup_timeout=120) as srv:
         yield srv.url, service
+
+
+@pytest.fixture(scope="module")
+def fast_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, KernelService]]:
+    # two compile workers: the light and the as-written build run at once
+    yield from _served(tmp_path_factory.mktemp("ks-fast"), compile_workers=2, build_pch=True)
 
 
 def _post(url: str, solution: str) -> KernelEvalResponse:
@@ -123,17 +128,7 @@ def test_the_precompiled_header_is_one_gcc_uses_for_the_builds_flags(
 @pytest.fixture(scope="module")
 def busy_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, KernelService]]:
     """One compile worker: never two free, as in a batch that keeps the pool busy."""
-    service = KernelService(
-        KernelServiceConfig(
-            gpus=[],
-            cpu_workers=1,
-            compile_workers=1,
-            work_dir=tmp_path_factory.mktemp("ks-busy"),
-            light_include=True,
-        )
-    )
-    with start_server(make_app(service), startup_timeout=120) as srv:
-        yield srv.url, service
+    yield from _served(tmp_path_factory.mktemp("ks-busy"), compile_workers=1, build_pch=False)
 
 
 def test_a_busy_pool_builds_light_alone_and_as_written_only_when_light_fails(

@@ -297,29 +297,25 @@ def host_device_pointer(host_ptr: int) -> int:
     return int(dptr.value)
 
 
+def _stream_value32(name: str, stream: int, dptr: int, value: int) -> None:
+    """``cuStreamWaitValue32`` / ``cuStreamWriteValue32`` (their ``_v2`` where the driver has it), flags 0."""
+    lib = _driver()
+    fn = getattr(lib, name + "_v2", None) or getattr(lib, name)
+    fn.restype = ctypes.c_int
+    _check(fn(ctypes.c_void_p(stream), ctypes.c_uint64(dptr), ctypes.c_uint32(value), ctypes.c_uint(0)), name)
+
+
 def stream_wait_value(stream: int, dptr: int, value: int) -> None:
     """Enqueue on ``stream`` a wait until the 32-bit word at ``dptr`` is >= ``value`` (as a wrapping
     signed difference; ``cuStreamWaitValue32``, CU_STREAM_WAIT_VALUE_GEQ): the stream holds until the
     host writes that word, with nothing running on the GPU meanwhile."""
-    lib = _driver()
-    fn = getattr(lib, "cuStreamWaitValue32_v2", None) or lib.cuStreamWaitValue32
-    fn.restype = ctypes.c_int
-    _check(
-        fn(ctypes.c_void_p(stream), ctypes.c_uint64(dptr), ctypes.c_uint32(value), ctypes.c_uint(0)),
-        "cuStreamWaitValue32",
-    )
+    _stream_value32("cuStreamWaitValue32", stream, dptr, value)
 
 
 def stream_write_value(stream: int, dptr: int, value: int) -> None:
     """Enqueue on ``stream`` a write of ``value`` to the 32-bit word at ``dptr`` (``cuStreamWriteValue32``,
     after the stream's earlier work and its memory writes: the default barrier)."""
-    lib = _driver()
-    fn = getattr(lib, "cuStreamWriteValue32_v2", None) or lib.cuStreamWriteValue32
-    fn.restype = ctypes.c_int
-    _check(
-        fn(ctypes.c_void_p(stream), ctypes.c_uint64(dptr), ctypes.c_uint32(value), ctypes.c_uint(0)),
-        "cuStreamWriteValue32",
-    )
+    _stream_value32("cuStreamWriteValue32", stream, dptr, value)
 
 
 class Hop:

@@ -185,9 +185,12 @@ async def race_light_build(service: Any, request: Any, base: dict[str, Any]) -> 
         with cache.pinned(build_dir):
             return await service._compile(req, build_dir, base)
 
+    def won(done: Any) -> bool:
+        return done[0] is None and cache.is_built(light_dir)
+
     if service.compile_spare() < 2:  # a busy pool: light alone, as written only if it fails
         light_done = await build(light_request, light_dir)
-        if light_done[0] is None and cache.is_built(light_dir):
+        if won(light_done):
             return light_request, light_done
         return request, await build(request, full_dir)
     light_task = asyncio.ensure_future(build(light_request, light_dir))
@@ -197,7 +200,7 @@ async def race_light_build(service: Any, request: Any, base: dict[str, Any]) -> 
     except BaseException:
         full_task.cancel()
         raise
-    if light_done[0] is None and cache.is_built(light_dir):
+    if won(light_done):
         service._background.add(full_task)
         full_task.add_done_callback(service._background.discard)
         return light_request, light_done
