@@ -22,6 +22,7 @@ from kernel_service.judging.judging import (
     copy_bound,
     host_capped,
     lone_bound,
+    lone_level,
     lone_ratio,
     unwrap,
 )
@@ -242,9 +243,29 @@ def test_lone_calls_bound_the_candidates_per_call_time_by_the_references_ratio()
     floor = 0.061 * ratio * (1 - LONE_REL) - LONE_ABS_MS
     assert info["lone_bound"] == 1.0
     assert abs(sorted(raised)[1] - floor) < 1e-9  # the median raised to the floor, the spread kept
-    assert 0.035 / sorted(raised)[1] <= 1.15  # what batching gains against the honest side
+    assert 0.035 / sorted(raised)[1] <= 1.1  # what batching gains against the honest side (issue 30's bound)
     tiny, info = lone_bound([0.00226], [null + 0.0033], null, 1.0)  # a 2 us add: noise, not a floor
     assert tiny == [0.00226] and info["lone_bound"] == 0.0
     assert lone_bound(batched, [], null, ratio) == (batched, {})  # no lone readings: nothing to bound with
     assert lone_bound(batched, lone, null, None) == (batched, {})  # no reference ratio (one call a reading)
     assert lone_ratio([0.01], [], null) is None
+
+
+def test_lone_calls_are_read_against_their_own_process_level_capped_by_the_trusted_nulls() -> None:
+    """The candidate's null calls after its lone ones decide the level only downwards: slowing them (to
+    have more subtracted from its lone calls) is capped by the trusted nulls; a null read low only
+    raises the candidate's own floor."""
+    assert lone_level(0.291, 0.283, 0.0) == 0.291  # no null calls beside the lone ones: the higher trusted
+    assert lone_level(0.291, 0.283, 0.284) == 0.284  # the process sits at the lower level now
+    assert lone_level(0.291, 0.283, 0.900) == 0.291  # slowed null calls gain nothing past the cap
+    assert lone_level(0.291, None, 0.295) == 0.291
+    null = 0.291
+    lone = [null - 0.007 + 0.035] * 10  # lone calls of ~35 us at a level 7 us under the reference's
+    honest = [0.035] * 5
+    batched = [0.004] * 5
+    ratio = 1.0
+    capped, _ = lone_bound(batched, lone, lone_level(null, 0.283, 0.0), ratio)
+    own, _ = lone_bound(batched, lone, lone_level(null, 0.283, null - 0.007), ratio)
+    assert 0.035 / capped[0] > 1.2  # read against the higher level, batching would gain over 1.2x
+    assert 0.035 / own[0] <= 1.1  # against its own level, within the issue's 1.1x
+    assert lone_bound(honest, lone, lone_level(null, 0.283, null - 0.007), ratio)[0] == honest

@@ -35,6 +35,7 @@ from .schemas import Outcome
 from .sides import SideFault, SideProcess, Zygote
 from .timing import (
     GATE_TRIES,
+    NULL_CALLS,
     READING_HOST_US,
     READING_TARGET_MS,
     CpuTimer,
@@ -61,14 +62,16 @@ COPY_REL, COPY_ABS_MS = 0.10, 0.002
 #: Readings of one call each that a side takes beside its readings of several (:func:`lone_bound`).
 LONE_READINGS = 10
 #: How far the candidate's per-call time may fall below its lone calls' (scaled by the reference's
-#: ratio) before they bound it: ten lone readings of a ~60 us call spread a few percent. (The path's level
-#: moves ~9 us within a process as well as between them: ``judge._time`` reads the lone calls against the
-#: higher of two trusted null measurements.)
-LONE_REL = 0.05
+#: ratio) before they bound it: ten lone readings of a ~60 us call spread a few percent. The slack is the
+#: most a batched reading gains: 5% and 2 us let a 35 us MLP batched across its reading's calls read
+#: 1.11-1.15x the honest rewrite on the H100 (the issue's bound is 1.1x). (The path's level moves ~9 us
+#: within a process as well as between them: ``judge._time`` reads the lone calls against the candidate
+#: process's null calls made right after them, capped by the trusted nulls.)
+LONE_REL = 0.03
 #: And by this much more: a lone call of a 1x128 add (~2 us) read 3.3 us against 2.3 us a call in its
 #: readings, with the reference's ratio at 1.16 (noise at that scale), and a floor without it read the
 #: honest add 0.74x on the H100 while 12 builds ran (bench/results/gpu30_loaded_lone.json).
-LONE_ABS_MS = 0.002
+LONE_ABS_MS = 0.0015
 #: A side's timing is ``timing_degraded`` when more than this share of its readings hold host time: a
 #: forward that synchronises the host does in every one, a lone one hardly moves a median of ten or more.
 DEGRADED_SHARE = 0.1
@@ -624,6 +627,20 @@ def lone_ratio(per_call: list[float], lone_raw: list[float], null_ms: float) -> 
     return statistics.median(per_call) / lone if lone > 0 else None
 
 
+def lone_level(reference_null_ms: float, before_load_ms: float | None, after_lone_ms: float) -> float:
+    """The path's cost (ms) that a candidate's lone calls are read against: its own process's null calls
+    made right after them (``after_lone_ms``; 0: none), never above the higher of the two trusted nulls
+    (the reference's, the candidate's before its code was loaded).
+
+    Why: the level moved ~9 us within one process on the H100. A floor read against a lower level than
+    the lone calls' own binds honest ~25 us kernels (BENCHMARKS.md, "The calls of one reading"); one read
+    against a higher level let batched readings gain up to that much times the reference's ratio. The
+    submission can only lower its own null calls' reading (a *done* recorded before *go*), which raises
+    its own floor; slowing them changes nothing past the cap."""
+    trusted = max(reference_null_ms, before_load_ms or 0.0)
+    return min(trusted, after_lone_ms) if after_lone_ms > 0 else trusted
+
+
 def lone_bound(
     per_call: list[float], lone_raw: list[float], null_ms: float, ratio: float | None
 ) -> tuple[list[float], dict[str, float]]:
@@ -716,12 +733,14 @@ def calibrate(
     sets: list[tuple[list[Any], dict[str, Any]]],
     draw: Callable[[], list[tuple[list[Any], dict[str, Any]]]] | None = None,
     role: str = "reference",
+    readings: int = NULL_CALLS,
 ) -> float:
     """The path's own cost per reading, from null calls of the reference side with a reading's inputs
     (``sets``) written, as for a real reading (their preparation time is the baseline); ``draw``: drawn
     into the arena again for each null call, as readings made by :meth:`Run.drawn` are. With ``role``
     "candidate": the same through the candidate's process, for probes only (:meth:`GpuTimer.side_null`:
-    a side may slow its own null calls, so a verdict never uses it)."""
+    a side may slow its own null calls: only :func:`lone_level` uses it, and only downwards), ``readings``
+    of them."""
     if isinstance(base, CpuTimer):
         return 0.0
     values = [(list(a), dict(k)) for a, k in sets]
@@ -733,5 +752,5 @@ def calibrate(
         write = partial(run.draw, draw, arena, msg)
     assert isinstance(timer, GatedSide)
     if role != "reference":
-        return base.side_null(timer, partial(run.ask, role, msg), write, msg)
+        return base.side_null(timer, partial(run.ask, role, msg), write, msg, readings)
     return base.calibrate_null(timer, partial(run.ask, role, msg), write, msg)

@@ -357,24 +357,36 @@ class GpuTimer:
         return self.null_ms
 
     def side_null(
-        self, side: GatedSide, ask_null: Ask, write: Write, msg: dict[str, Any] | None = None
+        self,
+        side: GatedSide,
+        ask_null: Ask,
+        write: Write,
+        msg: dict[str, Any] | None = None,
+        readings: int = NULL_CALLS,
     ) -> float:
         """The path's cost (ms) through ``side``'s own process, measured as :meth:`calibrate_null` does
         through the reference's, for the report only: it changes neither the calibration nor the
         preparation records (a side may make its own null calls slow, so nothing is decided by it)."""
         kept = {role: list(times) for role, times in self.prep.items()}
         try:
-            return self._null_median(side, ask_null, write, msg)
+            return self._null_median(side, ask_null, write, msg, readings)
         finally:
             self.prep = kept
 
-    def _null_median(self, side: GatedSide, ask_null: Ask, write: Write, msg: dict[str, Any] | None) -> float:
+    def _null_median(
+        self,
+        side: GatedSide,
+        ask_null: Ask,
+        write: Write,
+        msg: dict[str, Any] | None,
+        count: int = NULL_CALLS,
+    ) -> float:
         readings = []
-        for i in range(NULL_CALLS + GATE_TRIES):
-            ms, reply = side.time_call(ask_null, lambda r: lambda: None, write, i >= NULL_CALLS, msg=msg)
+        for i in range(count + GATE_TRIES):
+            ms, reply = side.time_call(ask_null, lambda r: lambda: None, write, i >= count, msg=msg)
             if ms is not None:
                 readings.append(ms)
-            if len(readings) >= NULL_CALLS:
+            if len(readings) >= count:
                 break
         return statistics.median(readings) if readings else 0.0
 

@@ -60,6 +60,7 @@ from ..judging.judging import (
     foreign,
     host_capped,
     lone_bound,
+    lone_level,
     lone_ratio,
     misplaced,
     net,
@@ -482,6 +483,8 @@ def _time(
             break
     lone_checked: list[tuple[int, Any]] = []  # lone readings' (seed, output), replayed lone by the reference
     lone_new: list[float] = []
+    side_nulls: list[float] = []
+    lone_side_null = 0.0
     if gpu and max(m, n) > 1:
         for k in range(LONE_READINGS):
             seed = fresh_seed()
@@ -491,6 +494,10 @@ def _time(
             lone_checked.append((seed, timed.out[0]))
             if not timed.host_timed and timed.ms is not None:
                 lone_new.append(timed.ms)
+            # the path's level through the candidate's process beside each lone call (``lone_level``)
+            side_nulls.append(calibrate(run, base, timers["candidate"], [(get_inputs(warm_seed), {})],
+                                        role="candidate", readings=2))  # fmt: skip
+        lone_side_null = statistics.median(side_nulls)
     run.end_candidate()
 
     # the null calls draw a candidate's reading of inputs: their preparation is its baseline
@@ -556,11 +563,7 @@ def _time(
     # the reference's own several-to-lone ratio, where its readings hold several calls (at one call a
     # reading there is none: a lone call of a far faster candidate then has nothing to be scaled by)
     ratio = lone_ratio(ref_pc, lone_ref, null_ms) if n > 1 else None
-    # the lone calls against the higher of the two trusted nulls (the reference's, the candidate's before
-    # its code was loaded): the path's level moved ~9 us within one process on the H100, and a floor
-    # read against the lower level would bind honest ~25 us kernels (BENCHMARKS.md, "The calls of one
-    # reading"); what the candidate gains from the other level is at most that much times ``ratio``
-    lone_null = max(null_ms, run.candidate_null_ms or 0.0)
+    lone_null = lone_level(null_ms, run.candidate_null_ms, lone_side_null)
     new_pc = _per_call(new_raw, null_ms)
     copy_info: dict[str, float] = {}
     if gpu and under_mps() and ref_copy:
@@ -571,6 +574,8 @@ def _time(
     new_pc, lone_info = lone_bound(new_pc, lone_new, lone_null, ratio)
     if run.candidate_null_ms is not None:
         lone_info["candidate_null_us"] = round(run.candidate_null_ms * 1e3, 2)
+    if lone_side_null > 0:
+        lone_info["candidate_lone_null_us"] = round(lone_side_null * 1e3, 2)
     if lone_ref:
         lone_info["reference_lone_us"] = round((statistics.median(lone_ref) - null_ms) * 1e3, 3)
         lone_info["reference_ratio"] = round(ratio, 4) if ratio is not None else -1.0
