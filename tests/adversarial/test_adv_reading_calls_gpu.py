@@ -32,23 +32,15 @@ OPTS = {
     "use_result_cache": False,
 }
 CHEATS = ["streams_per_call", "batch_calls", "batch_through_frames", "defer_past_done", "reuse_across_calls"]
-#: Issue 30's target: a cheat reads at most 1.1x the honest rewrite's speedup. Not met yet, so a case
-#: above it is reported as an expected failure with its figures: without MPS the lone floor held these
-#: cases to 0.97-1.56x over six H100 runs (it moves with the path's ~9 us level: BENCHMARKS.md, "The
-#: calls of one reading"); under MPS (``KS_MPS=on``, one call a reading) every cheat read at most the
-#: honest rewrite, but honest short kernels spread 0.85-1.14 between jobs there.
+#: Issue 30's bound: a cheat reads at most 1.1x the honest rewrite's speedup. Without MPS the lone calls
+#: bound these cases (``judging.lone_bound``); read against the candidate process's own null calls beside
+#: them, every case read 0.98-1.07x on the H100 (BENCHMARKS.md, "The calls of one reading"); against the
+#: trusted nulls alone they had read 0.97-1.56x over six runs.
 NO_GAIN = 1.1
-#: What the defence must always hold, far under what the issue measured without it (2.33-2.35x streams,
-#: 5.8-6.5x batching; BackendBench 1.53-1.76x): a failure here is a regression, not the open gap.
-CEILING = 2.0
 
 
 def _judge_gain(got: float, honest: float, what: str) -> None:
-    assert got <= CEILING * honest, (what, got, honest)
-    if got > NO_GAIN * honest:
-        pytest.xfail(
-            f"issue 30 open: {what} read {got:.3f} against the honest {honest:.3f} ({got / honest:.2f}x)"
-        )
+    assert got <= NO_GAIN * honest, (what, got, honest, f"{got / honest:.3f}x")
 
 
 @pytest.fixture(scope="module")

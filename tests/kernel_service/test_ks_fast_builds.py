@@ -17,7 +17,7 @@ import pytest
 from kernel_service.schemas import KernelEvalResponse
 from kernel_service.service import KernelService, KernelServiceConfig
 from kernel_service.workers.build_cache import BuildCache
-from kernel_service.workers.fast_builds import LIGHT_INCLUDE, light_source
+from kernel_service.workers.fast_builds import TYPES_INCLUDE, light_include, light_source, light_sources
 
 from benchmark_runner.service.app import make_app
 from benchmark_runner.service.server import start_server
@@ -32,11 +32,68 @@ NEEDS_FULL_INCLUDE = S.SOL_CPP_ADD.replace("ks_test_add_cpu", "ks_test_needs_ful
 
 
 def test_light_source_rewrites_only_the_extension_include() -> None:
-    src = '#include <torch/extension.h>\n#  include "torch/extension.h"\n#include <cuda_runtime.h>\n'
+    src = '#include <torch/extension.h>\n#  include "torch/extension.h"\n#include <cuda_runtime.h>\nx = torch::zeros({3});\n'
     light = light_source(src)
-    assert light == f"{LIGHT_INCLUDE}\n{LIGHT_INCLUDE}\n#include <cuda_runtime.h>\n"
+    include = light_include(src)
+    assert light == f"{include}\n{include}\n#include <cuda_runtime.h>\nx = torch::zeros({{3}});\n"
+    assert "#include <ATen/ops/zeros.h>" in include and "torch/types.h" not in include
     assert light_source("#include <torch/types.h>\n") is None
+    # what only torch's C++ API has: the include that has it
+    assert (
+        light_include("#include <torch/extension.h>\nauto t = torch::ones({2}).requires_grad_();")
+        == TYPES_INCLUDE
+    )
     assert "no_implicit_headers=True" in NEEDS_FULL_INCLUDE and "ks_test_needs_full" in NEEDS_FULL_INCLUDE
+
+
+#: Host code as kernels' launchers write it: torch's names for ATen's, dtype aliases, the macros.
+LAUNCHER = r"""
+#include <torch/extension.h>
+torch::Tensor launch(torch::Tensor x) {
+  TORCH_CHECK(x.is_contiguous(), "x must be contiguous");
+  auto y = torch::empty_like(x);
+  auto z = torch::zeros({x.size(0)}, torch::dtype(torch::kFloat32).device(x.device()));
+  auto w = torch::empty({3, 4}, x.options());
+  torch::Dtype half = torch::kFloat16;
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "launch", [&] { (void)x.data_ptr<scalar_t>(); });
+  std::vector<int64_t> shape = {x.size(0)};
+  (void)half; (void)shape; (void)w;
+  return y.add_(z.sum());
+}
+"""
+
+
+#: The same with tensor operators in its host code: only ``torch/types.h`` (ATen's operators) has them.
+WITH_OPERATORS = LAUNCHER.replace("return y.add_(z.sum());", "return (y + z.sum()) * 2;")
+
+
+@pytest.mark.parametrize(
+    ("case", "source", "variant", "after_full_include", "builds"),
+    [
+        ("ATen ops alone", LAUNCHER, 0, False, True),
+        ("after torch's own include", LAUNCHER, 0, True, True),
+        ("operators, lightest", WITH_OPERATORS, 0, False, False),
+        ("operators, types.h", WITH_OPERATORS, 1, False, True),
+    ],
+)
+def test_the_light_variants_compile_a_launchers_host_code(
+    case: str, source: str, variant: int, after_full_include: bool, builds: bool, tmp_path: Path
+) -> None:
+    """Real g++ on each light variant, alone (a ``.cu`` file's host code) and after torch's full include
+    (``main.cpp``, where load_inline prepends it: torch's own declarations hide the light ones, no
+    clash). Host code with tensor operators fails the lightest variant and builds with the next."""
+    import sysconfig
+
+    from torch.utils import cpp_extension
+
+    variants = light_sources(source)
+    assert len(variants) == 2 and "torch/types.h" not in variants[0] and TYPES_INCLUDE in variants[1]
+    src = tmp_path / "launch.cpp"
+    src.write_text(("#include <torch/extension.h>\n" if after_full_include else "") + variants[variant])
+    includes = " ".join(f"-I{p}" for p in [*cpp_extension.include_paths(), sysconfig.get_paths()["include"]])
+    cmd = f"c++ -std=c++20 -fsyntax-only -w {includes} {src}"
+    proc = subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=300)
+    assert (proc.returncode == 0) == builds, (case, proc.stderr[-3000:])
 
 
 def _served(work_dir: Path, compile_workers: int, build_pch: bool) -> Iterator[tuple[str, KernelService]]:

@@ -17,10 +17,17 @@ case is the plain build. The PCH lives in the build cache root, which compile wo
 may write every build dir there: the same trust boundary as the build cache itself.
 
 **Light include** (``KernelServiceConfig.light_include``): :func:`light_source` rewrites the solution's
-``#include <torch/extension.h>`` lines to ``<torch/types.h>``. The service builds the light and the
-as-written source at once and judges the light one when it builds, else the one as written (whose build
-was already running: a failed light build costs no second wait). ``main.cpp`` keeps the full include
-(``load_inline`` prepends it), so bindings are unaffected; only ``.cu`` files get lighter.
+``#include <torch/extension.h>`` lines to the least a kernel's host code needs: ATen's ``Tensor``, its
+dispatch and check macros, the declarations of the ATen operators the source names (``ATen/ops/<op>.h``)
+and ``torch::`` as ATen's names (the aliases ``torch/types.h`` adds, such as ``torch::kFloat32``). On the
+H100 nvcc took 12-13 s on the example ``.cu`` files with it, 25-27 s with ``torch/types.h`` and 52-55 s as
+written (bench/include_probe.py). A source that uses what only the full C++ API has (autograd, the
+``nn``/``jit`` modules, ``TORCH_LIBRARY``) gets ``torch/types.h`` instead: ``torch::`` factories differ
+from ATen's only in honouring ``requires_grad``; so does host code that uses tensor operators, after the
+lightest variant failed (:func:`light_sources`). With compile workers to spare, the service builds the
+lightest variant and the as-written source at once and judges the light one when it builds, else the
+one as written (whose build was already running: a failed light build costs no second wait). ``main.cpp`` keeps the full include (``load_inline``
+prepends it), so bindings are unaffected; only ``.cu`` files get lighter.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -47,13 +55,74 @@ from .artifacts import BuildHook
 PCH_ENV = "KS_BUILD_PCH"
 PCH_TIMEOUT_S = 600.0
 _EXTENSION_INCLUDE = re.compile(r"#\s*include\s*[<\"]torch/extension\.h[>\"]")
-LIGHT_INCLUDE = "#include <torch/types.h>"
+#: The light include for a source that needs torch's C++ API beyond ATen (:func:`light_source`).
+TYPES_INCLUDE = "#include <torch/types.h>"
+_NEEDS_TORCH_API = re.compile(
+    r"requires_grad|autograd|TORCH_LIBRARY|torch::(?:nn|jit|optim|data|serialize)\b"
+)
+_NAMED_OP = re.compile(r"\b(?:torch|at)::(\w+)\s*[(<]")
+#: ``torch::`` as ATen's names, in a namespace of their own: where ``torch/types.h`` is included as well
+#: (``main.cpp`` after load_inline's own include), its declarations hide these instead of clashing.
+_TORCH_NAMES = """namespace ks_light_torch {
+using Dtype = at::ScalarType;
+constexpr auto kUInt8 = at::kByte;
+constexpr auto kInt8 = at::kChar;
+constexpr auto kInt16 = at::kShort;
+constexpr auto kInt32 = at::kInt;
+constexpr auto kInt64 = at::kLong;
+constexpr auto kFloat16 = at::kHalf;
+constexpr auto kFloat32 = at::kFloat;
+constexpr auto kFloat64 = at::kDouble;
+}
+namespace torch {
+using namespace at;
+using namespace ks_light_torch;
+}"""
 
 
-def light_source(solution: str) -> str | None:
-    """The solution with its ``torch/extension.h`` includes made ``torch/types.h``; None if it has none."""
-    light, n = _EXTENSION_INCLUDE.subn(LIGHT_INCLUDE, solution)
-    return light if n else None
+@functools.lru_cache(maxsize=1)
+def _ops_dir() -> Path:
+    from torch.utils import cpp_extension
+
+    return Path(cpp_extension.include_paths()[0]) / "ATen" / "ops"
+
+
+def light_include(solution: str, ops_dir: Path | None = None) -> str:
+    """What replaces ``torch/extension.h`` in ``solution`` (see the module docstring)."""
+    if _NEEDS_TORCH_API.search(solution):
+        return TYPES_INCLUDE
+    where = ops_dir or _ops_dir()
+    ops = sorted({op for op in _NAMED_OP.findall(solution) if (where / f"{op}.h").is_file()})
+    lines = [
+        "#ifndef KS_LIGHT_TORCH_INCLUDE",
+        "#define KS_LIGHT_TORCH_INCLUDE",
+        *(f"#include <{h}>" for h in ("cmath", "cstdint", "iostream", "vector")),
+        "#include <ATen/core/Tensor.h>",
+        "#include <ATen/Dispatch.h>",
+        "#include <c10/util/Exception.h>",
+        *(f"#include <ATen/ops/{op}.h>" for op in ops),
+        _TORCH_NAMES,
+        "#endif",
+    ]
+    return "\n".join(lines)
+
+
+def light_sources(solution: str, ops_dir: Path | None = None) -> list[str]:
+    """The solution with its ``torch/extension.h`` includes made light, lightest first: ATen's operators
+    alone (:func:`light_include`), then ``torch/types.h``; empty if it has no such include. Host code
+    that uses the tensor operators (``a + b``: ``ATen/TensorOperators.h`` pulls in every operator's
+    declaration, most of what ``ATen/ATen.h`` costs) fails the first, in seconds, and builds with the
+    second."""
+    if not _EXTENSION_INCLUDE.search(solution):
+        return []
+    includes = dict.fromkeys((light_include(solution, ops_dir), TYPES_INCLUDE))
+    return [_EXTENSION_INCLUDE.sub(lambda _, inc=inc: inc, solution) for inc in includes]  # type: ignore[misc]
+
+
+def light_source(solution: str, ops_dir: Path | None = None) -> str | None:
+    """The lightest of :func:`light_sources`; None if the solution has no ``torch/extension.h`` include."""
+    variants = light_sources(solution, ops_dir)
+    return variants[0] if variants else None
 
 
 def pch_command(extra_cflags: list[str], extra_include_paths: list[str], with_cuda: bool) -> tuple[str, str]:
@@ -156,28 +225,31 @@ def pch_session(root: str | None = None) -> Iterator[BuildHook | None]:
 
 
 async def race_light_build(service: Any, request: Any, base: dict[str, Any]) -> tuple[Any, Any]:
-    """The request to judge (light or as written) and its finished compile (None: already built).
+    """The request to judge (a light variant or the source as written) and its finished compile (None:
+    already built).
 
-    With two compile workers free, both builds start at once; the light one is taken when it builds, else
-    the build as written, whose result is awaited, never restarted. After a light win, the as-written
-    build runs on in the background (``service._background``: a started build stops only at its end) and
-    fills its cache entry: the slot is the price of not waiting twice. With fewer free (a batch keeps the
-    pool busy), the light build runs alone and the as-written one only if it fails: racing would double
-    every solution's nvcc work while other solutions wait for workers (a batch of 50 with the race did
-    not finish in the time the plain batch took: BENCHMARKS.md, issue 34). A source that builds light but
+    With two compile workers free, the lightest variant and the source as written start at once; the
+    light one is taken when it builds, else the build as written, whose result is awaited, never
+    restarted. After a light win, the as-written build runs on in the background (``service._background``:
+    a started build stops only at its end) and fills its cache entry: the slot is the price of not
+    waiting twice. With fewer free (a batch keeps the pool busy), the light variants build one after
+    another, lightest first, and the source as written only if all fail: racing would double every
+    solution's nvcc work while other solutions wait for workers (a batch of 50 with the race did not
+    finish in the time the plain batch took: BENCHMARKS.md, issue 34). A source that builds light but
     not as written (a name clash with the headers the light include leaves out) would be judged on the
     light build: the one way verdicts could differ, and why this is an option, off by default.
     """
-    light = light_source(request.solution)
-    if light is None:
+    variants = light_sources(request.solution)
+    if not variants:
         return request, None
     cache = service.build_cache
     versions = service._versions()
-    light_request = request.model_copy(update={"solution": light})
-    light_dir = cache.dir_for(light, request.backend, versions)
+    lights = [(request.model_copy(update={"solution": v}), cache.dir_for(v, request.backend, versions))
+              for v in variants]  # fmt: skip
     full_dir = cache.dir_for(request.solution, request.backend, versions)
-    if cache.is_built(light_dir):
-        return light_request, None
+    for light_request, light_dir in lights:
+        if cache.is_built(light_dir):
+            return light_request, None
     if cache.is_built(full_dir):
         return request, None
 
@@ -185,14 +257,16 @@ async def race_light_build(service: Any, request: Any, base: dict[str, Any]) -> 
         with cache.pinned(build_dir):
             return await service._compile(req, build_dir, base)
 
-    def won(done: Any) -> bool:
-        return done[0] is None and cache.is_built(light_dir)
+    def won(done: Any, build_dir: Path) -> bool:
+        return done[0] is None and cache.is_built(build_dir)
 
-    if service.compile_spare() < 2:  # a busy pool: light alone, as written only if it fails
-        light_done = await build(light_request, light_dir)
-        if won(light_done):
-            return light_request, light_done
+    if service.compile_spare() < 2:  # a busy pool: light variants alone, as written only if all fail
+        for light_request, light_dir in lights:
+            light_done = await build(light_request, light_dir)
+            if won(light_done, light_dir):
+                return light_request, light_done
         return request, await build(request, full_dir)
+    light_request, light_dir = lights[0]
     light_task = asyncio.ensure_future(build(light_request, light_dir))
     full_task = asyncio.ensure_future(build(request, full_dir))
     try:
@@ -200,7 +274,7 @@ async def race_light_build(service: Any, request: Any, base: dict[str, Any]) -> 
     except BaseException:
         full_task.cancel()
         raise
-    if won(light_done):
+    if won(light_done, light_dir):
         service._background.add(full_task)
         full_task.add_done_callback(service._background.discard)
         return light_request, light_done
