@@ -1,0 +1,99 @@
+"""Where a cold fast build's time goes: each ninja target of one example's light build, with the PCH.
+
+    python3 bench/build_paths.py [--example add] [--out F]
+
+Builds ``bench/build_examples/<example>.py`` as the service's fast build does (the lightest include,
+the precompiled ``torch/extension.h``) in a fresh extensions dir and prints ``.ninja_log``'s time per
+target (``cuda.cuda.o``, ``main.o``, the link). Then compiles that build's ``main.cpp`` again by hand, with
+the PCH, with the PCH and ``-O0``, and without either, to say what the binding file costs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "services" / "kernel-service" / "src"))
+
+from kernel_service.judging.harness import load_module  # noqa: E402
+from kernel_service.workers.artifacts import recording_builds  # noqa: E402
+from kernel_service.workers.fast_builds import light_source, pch_session  # noqa: E402
+
+
+def ninja_targets(ext_root: Path) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for log in ext_root.rglob(".ninja_log"):
+        for line in log.read_text().splitlines():
+            if line.startswith("#"):
+                continue
+            start, end, _, target, *_ = line.split("\t")
+            out[target] = round((int(end) - int(start)) / 1e3, 2)
+    return out
+
+
+def main_cpp_times(ext_root: Path, pch_include: str | None) -> dict[str, Any]:
+    ninja = next(ext_root.rglob("build.ninja"))
+    text = ninja.read_text()
+    cxx = re.search(r"^cxx = (.*)$", text, re.M)
+    cflags = re.search(r"^cflags = (.*)$", text, re.M)
+    post = re.search(r"^post_cflags = (.*)$", text, re.M)
+    assert cxx and cflags
+    base = f"{cxx.group(1)} {cflags.group(1)} -c {ninja.parent / 'main.cpp'} -o /tmp/main.o {post.group(1) if post else ''}"
+    times: dict[str, Any] = {}
+    for name, extra, cpath in (
+        ("plain", "", None),
+        ("pch", "", pch_include),
+        ("pch_O0", " -O0", pch_include),
+    ):
+        env = {**os.environ}
+        if cpath:
+            env["CPATH"] = cpath
+        t0 = time.perf_counter()
+        proc = subprocess.run(base + extra, shell=True, env=env, capture_output=True, text=True)
+        times[name] = round(time.perf_counter() - t0, 2) if proc.returncode == 0 else proc.stderr[-400:]
+    return times
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--example", default="add")
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    source = (ROOT / "bench" / "build_examples" / f"{args.example}.py").read_text()
+    light = light_source(source)
+    assert light is not None
+    with tempfile.TemporaryDirectory() as tmp:
+        pch_root, ext = Path(tmp) / "pch", Path(tmp) / "ext"
+        pch_root.mkdir()
+        os.environ["TORCH_EXTENSIONS_DIR"] = str(ext)
+        t0 = time.perf_counter()
+        with pch_session(str(pch_root)) as hook:
+            assert hook is not None
+            with recording_builds(hook):
+                load_module(light, "solution", ext)
+            pch_include = os.environ.get("CPATH")
+        total = time.perf_counter() - t0
+        pch_made = [json.loads(p.read_text()).get("build_s") for p in pch_root.glob("*/pch.json")]
+        result = {
+            "example": args.example,
+            "load_s_including_pch": round(total, 2),
+            "pch_build_s": pch_made,
+            "ninja_targets_s": ninja_targets(ext),
+            "main_cpp_by_hand_s": main_cpp_times(ext, pch_include),
+        }
+    print(json.dumps(result, indent=1))
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
