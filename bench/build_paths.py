@@ -2,9 +2,9 @@
 
     python3 bench/build_paths.py [--example add] [--out F]
 
-Builds ``bench/build_examples/<example>.py`` as the service's fast build does (the lightest include,
-the precompiled ``torch/extension.h``) in a fresh extensions dir and prints ``.ninja_log``'s time per
-target (``cuda.cuda.o``, ``main.o``, the link). Then compiles that build's ``main.cpp`` again by hand, with
+Builds ``bench/build_examples/<example>.py`` as the service's fast build does (each light include
+variant, the precompiled ``torch/extension.h``; the PCH's own build lands in the first) in fresh
+extensions dirs and prints ``.ninja_log``'s time per target (``cuda.cuda.o``, ``main.o``, the link). Then compiles that build's ``main.cpp`` again by hand, with
 the PCH, with the PCH and ``-O0``, and without either, to say what the binding file costs.
 """
 
@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT / "services" / "kernel-service" / "src"))
 
 from kernel_service.judging.harness import load_module  # noqa: E402
 from kernel_service.workers.artifacts import recording_builds  # noqa: E402
-from kernel_service.workers.fast_builds import light_source, pch_session  # noqa: E402
+from kernel_service.workers.fast_builds import light_sources, pch_session  # noqa: E402
 
 
 def ninja_targets(ext_root: Path) -> dict[str, float]:
@@ -69,27 +69,30 @@ def main() -> None:
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     source = (ROOT / "bench" / "build_examples" / f"{args.example}.py").read_text()
-    light = light_source(source)
-    assert light is not None
+    result: dict[str, Any] = {"example": args.example}
     with tempfile.TemporaryDirectory() as tmp:
-        pch_root, ext = Path(tmp) / "pch", Path(tmp) / "ext"
+        pch_root = Path(tmp) / "pch"
         pch_root.mkdir()
-        os.environ["TORCH_EXTENSIONS_DIR"] = str(ext)
-        t0 = time.perf_counter()
-        with pch_session(str(pch_root)) as hook:
-            assert hook is not None
-            with recording_builds(hook):
-                load_module(light, "solution", ext)
-            pch_include = os.environ.get("CPATH")
-        total = time.perf_counter() - t0
-        pch_made = [json.loads(p.read_text()).get("build_s") for p in pch_root.glob("*/pch.json")]
-        result = {
-            "example": args.example,
-            "load_s_including_pch": round(total, 2),
-            "pch_build_s": pch_made,
-            "ninja_targets_s": ninja_targets(ext),
-            "main_cpp_by_hand_s": main_cpp_times(ext, pch_include),
-        }
+        pch_include = None
+        # the lightest variant (ATen ops) and the next (torch/types.h), each cold, one PCH for both
+        for name, variant in zip(("ops", "types"), light_sources(source), strict=True):
+            ext = Path(tmp) / f"ext-{name}"
+            ext.mkdir()
+            os.environ["TORCH_EXTENSIONS_DIR"] = str(ext)
+            t0 = time.perf_counter()
+            with pch_session(str(pch_root)) as hook:
+                assert hook is not None
+                with recording_builds(hook):
+                    load_module(variant, f"solution_{name}", ext)
+                pch_include = os.environ.get("CPATH")
+            result[name] = {
+                "load_s": round(time.perf_counter() - t0, 2),
+                "ninja_targets_s": ninja_targets(ext),
+            }
+        result["pch_build_s"] = [
+            json.loads(p.read_text()).get("build_s") for p in pch_root.glob("*/pch.json")
+        ]
+        result["main_cpp_by_hand_s"] = main_cpp_times(Path(tmp) / "ext-ops", pch_include)
     print(json.dumps(result, indent=1))
     if args.out:
         args.out.write_text(json.dumps(result, indent=1))
