@@ -17,7 +17,13 @@ import pytest
 from kernel_service.schemas import KernelEvalResponse
 from kernel_service.service import KernelService, KernelServiceConfig
 from kernel_service.workers.build_cache import BuildCache
-from kernel_service.workers.fast_builds import TYPES_INCLUDE, light_include, light_source, light_sources
+from kernel_service.workers.fast_builds import (
+    TYPES_INCLUDE,
+    light_include,
+    light_includes,
+    light_source,
+    light_sources,
+)
 
 from benchmark_runner.service.app import make_app
 from benchmark_runner.service.server import start_server
@@ -31,13 +37,22 @@ NEEDS_FULL_INCLUDE = S.SOL_CPP_ADD.replace("ks_test_add_cpu", "ks_test_needs_ful
 )
 
 
-def test_light_source_rewrites_only_the_extension_include() -> None:
-    src = '#include <torch/extension.h>\n#  include "torch/extension.h"\n#include <cuda_runtime.h>\nx = torch::zeros({3});\n'
-    light = light_source(src)
+def test_light_sources_rewrite_the_includes_and_route_load_inline_through_the_shim() -> None:
+    src = (
+        '"""doc"""\nfrom __future__ import annotations\nfrom torch.utils import cpp_extension\n'
+        'cu = r"""#include <torch/extension.h>\nx = torch::zeros({3});"""\n'
+        'ext = cpp_extension.load_inline(name="e", cpp_sources="", cuda_sources=cu)\n'
+    )
+    variants = light_sources(src)
     include = light_include(src)
-    assert light == f"{include}\n{include}\n#include <cuda_runtime.h>\nx = torch::zeros({{3}});\n"
     assert "#include <ATen/ops/zeros.h>" in include and "torch/types.h" not in include
-    assert light_source("#include <torch/types.h>\n") is None
+    assert [TYPES_INCLUDE in v for v in variants] == [False, True]
+    light = variants[0]
+    compile(light, "light", "exec")  # still Python, the __future__ import still first
+    assert light.startswith('"""doc"""\nfrom __future__ import annotations\n\ndef _ks_light_load_inline(')
+    assert "ext = _ks_light_load_inline(name=" in light and "#include <torch/extension.h>\nx" not in light
+    assert light.count(repr(include)) == 1 and "no_implicit_headers=True" in light
+    assert light_sources("import torch\n") == []  # nothing to make lighter
     # what only torch's C++ API has: the include that has it
     assert (
         light_include("#include <torch/extension.h>\nauto t = torch::ones({2}).requires_grad_();")
@@ -86,10 +101,11 @@ def test_the_light_variants_compile_a_launchers_host_code(
 
     from torch.utils import cpp_extension
 
-    variants = light_sources(source)
-    assert len(variants) == 2 and "torch/types.h" not in variants[0] and TYPES_INCLUDE in variants[1]
+    includes = light_includes(source)
+    assert len(includes) == 2 and "torch/types.h" not in includes[0] and includes[1] == TYPES_INCLUDE
     src = tmp_path / "launch.cpp"
-    src.write_text(("#include <torch/extension.h>\n" if after_full_include else "") + variants[variant])
+    light = source.replace("#include <torch/extension.h>", includes[variant])
+    src.write_text(("#include <torch/extension.h>\n" if after_full_include else "") + light)
     includes = " ".join(f"-I{p}" for p in [*cpp_extension.include_paths(), sysconfig.get_paths()["include"]])
     cmd = f"c++ -std=c++20 -fsyntax-only -w {includes} {src}"
     proc = subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=300)
