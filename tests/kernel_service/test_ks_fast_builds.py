@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -224,3 +225,34 @@ def test_a_busy_pool_builds_light_alone_and_as_written_only_when_light_fails(
     assert res.outcome == "correct", f"{res.message}\n{res.compile_log}"
     assert BuildCache.is_built(cache.dir_for(NEEDS_FULL_INCLUDE, "cpp", versions))
     assert service.compile_spare() == 1  # every compile answered
+
+
+def _written_by_load_inline(source: str, ext_dir: Path) -> dict[str, str]:
+    """The files torch's own ``load_inline`` writes for ``source`` before it builds (without CUDA here
+    the build itself fails: ``CUDA_HOME`` is not set), in a subprocess with its own extensions dir."""
+    script = ext_dir / "solution.py"
+    script.write_text(source)
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_HOME"}
+    env["TORCH_EXTENSIONS_DIR"] = str(ext_dir / "ext")
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert (ext_dir / "ext").is_dir(), proc.stderr[-2000:]
+    return {p.name: p.read_text() for p in (ext_dir / "ext").rglob("*") if p.suffix in (".cu", ".cpp")}
+
+
+def test_the_shim_gives_load_inline_the_light_cu_file_and_the_same_main_cpp(tmp_path: Path) -> None:
+    """Through torch's real ``load_inline``: the light variant's ``.cu`` file starts with the light
+    include where load_inline would have put ``torch/types.h`` (bench/build_paths.py: that implicit
+    include alone costs 26-29 s of nvcc on the H100), and ``main.cpp`` is byte for byte the one the
+    source as written gets (the precompiled header and the bindings unchanged)."""
+    source = (Path(__file__).parents[2] / "bench" / "build_examples" / "add.py").read_text()
+    (tmp_path / "as-written").mkdir()
+    (tmp_path / "light").mkdir()
+    plain = _written_by_load_inline(source, tmp_path / "as-written")
+    light_text = light_source(source)
+    assert light_text is not None
+    light = _written_by_load_inline(light_text, tmp_path / "light")
+    assert plain["cuda.cu"].startswith("#include <torch/types.h>")
+    assert "torch/types.h" not in light["cuda.cu"] and "torch/extension.h" not in light["cuda.cu"]
+    assert light["cuda.cu"].startswith(light_include(source).splitlines()[0])
+    assert "#include <ATen/ops/empty_like.h>" in light["cuda.cu"]
+    assert light["main.cpp"] == plain["main.cpp"]
