@@ -7,6 +7,7 @@
 #                                            precision level1_bf16 compile_bf16 profile (issue 31: fp16/bf16 and profiles)
 #                                            loaded (issue 30: honest kernels timed while 12 CUDA builds run)
 #                                            builds (issue 34: cold build times, plain / pch / light include / both)
+#                                            build_paths (issue 34: one fast build's ninja targets)
 # Knobs: BUILD_OPTIONS, BUILD_PARALLEL (builds of one option at once), COMPILE_ARGS (e.g. --task-ids-from F),
 # MPS=on (the loaded step under the service's MPS daemon), STORM_S, BB_ARGS.
 #
@@ -76,6 +77,7 @@ open('/tmp/ks_ref.py', 'w').write(G.REF_FUSED); open('/tmp/ks_sol.py', 'w').writ
     builds)  # cold load_inline build times of the example CUDA solutions under each build option
       step builds 560 python3 bench/build_speed.py --examples --options ${BUILD_OPTIONS:-plain,pch,light,both} --parallel ${BUILD_PARALLEL:-1} \
         --out "$OUT/builds.json" ;;
+    build_paths) step build_paths 240 python3 bench/build_paths.py --example add --out "$OUT/build_paths.json" ;;
     precision) step precision 300 python3 -m pytest -m gpu tests/kernel_service/test_gpu_precision.py -q -p no:cacheprovider ;;
     level1_one) step level1_one 560 env CUDA_VISIBLE_DEVICES=0 python3 bench/kernelbench_gpu.py --model reference \
       --dataset-file .gpudata/problems.jsonl --level 1 --output-dir /tmp/kb1 --run-id l1one --budget-s 500 \
