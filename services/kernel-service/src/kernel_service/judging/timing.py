@@ -365,8 +365,9 @@ class GpuTimer:
         readings: int = NULL_CALLS,
     ) -> float:
         """The path's cost (ms) through ``side``'s own process, measured as :meth:`calibrate_null` does
-        through the reference's, for the report only: it changes neither the calibration nor the
-        preparation records (a side may make its own null calls slow, so nothing is decided by it)."""
+        through the reference's, ``readings`` of them: it changes neither the calibration nor the
+        preparation records. A side may make its own null calls slow, so only ``judging.lone_level`` uses
+        this, capped by the trusted nulls."""
         kept = {role: list(times) for role, times in self.prep.items()}
         try:
             return self._null_median(side, ask_null, write, msg, readings)

@@ -483,8 +483,7 @@ def _time(
             break
     lone_checked: list[tuple[int, Any]] = []  # lone readings' (seed, output), replayed lone by the reference
     lone_new: list[float] = []
-    side_nulls: list[float] = []
-    lone_side_null = 0.0
+    side_nulls: list[float] = []  # the path's level through the candidate's process beside each lone call
     if gpu and max(m, n) > 1:
         for k in range(LONE_READINGS):
             seed = fresh_seed()
@@ -494,11 +493,10 @@ def _time(
             lone_checked.append((seed, timed.out[0]))
             if not timed.host_timed and timed.ms is not None:
                 lone_new.append(timed.ms)
-            # the path's level through the candidate's process beside each lone call (``lone_level``)
             side_nulls.append(calibrate(run, base, timers["candidate"], [(get_inputs(warm_seed), {})],
                                         role="candidate", readings=2))  # fmt: skip
-        lone_side_null = statistics.median(side_nulls)
     run.end_candidate()
+    lone_side_null = statistics.median(side_nulls) if side_nulls else 0.0
 
     # the null calls draw a candidate's reading of inputs: their preparation is its baseline
     null_ms = calibrate(run, base, timers["reference"], [(get_inputs(warm_seed), {})] * m,
