@@ -8,6 +8,7 @@
 #                                            loaded (issue 30: honest kernels timed while 12 CUDA builds run)
 #                                            builds (issue 34: cold build times, plain / pch / light include / both)
 #                                            build_paths (issue 34: one fast build's ninja targets)
+#                                            mps_spread (issue 30: one kernel's time job after job, MPS on/off, sandboxed or not)
 # Knobs: BUILD_OPTIONS, BUILD_PARALLEL (builds of one option at once), COMPILE_ARGS (e.g. --task-ids-from F),
 # MPS=on (the loaded step under the service's MPS daemon), STORM_S, BB_ARGS.
 #
@@ -77,6 +78,7 @@ open('/tmp/ks_ref.py', 'w').write(G.REF_FUSED); open('/tmp/ks_sol.py', 'w').writ
     builds)  # cold load_inline build times of the example CUDA solutions under each build option
       step builds 560 python3 bench/build_speed.py --examples --options ${BUILD_OPTIONS:-plain,pch,light,both} --parallel ${BUILD_PARALLEL:-1} \
         --out "$OUT/builds.json" ;;
+    mps_spread) step mps_spread 420 python3 bench/mps_spread_probe.py --jobs 5 --out "$OUT/mps_spread.json" ;;
     build_paths) step build_paths 240 python3 bench/build_paths.py --example add --out "$OUT/build_paths.json" ;;
     precision) step precision 300 python3 -m pytest -m gpu tests/kernel_service/test_gpu_precision.py -q -p no:cacheprovider ;;
     level1_one) step level1_one 560 env CUDA_VISIBLE_DEVICES=0 python3 bench/kernelbench_gpu.py --model reference \
