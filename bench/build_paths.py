@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -26,7 +25,7 @@ sys.path.insert(0, str(ROOT / "services" / "kernel-service" / "src"))
 
 from kernel_service.judging.harness import load_module  # noqa: E402
 from kernel_service.workers.artifacts import recording_builds  # noqa: E402
-from kernel_service.workers.fast_builds import light_sources, pch_session  # noqa: E402
+from kernel_service.workers.fast_builds import light_sources, ninja_variables, pch_session  # noqa: E402
 
 
 def ninja_targets(ext_root: Path) -> dict[str, float]:
@@ -42,12 +41,10 @@ def ninja_targets(ext_root: Path) -> dict[str, float]:
 
 def main_cpp_times(ext_root: Path, pch_include: str | None) -> dict[str, Any]:
     ninja = next(ext_root.rglob("build.ninja"))
-    text = ninja.read_text()
-    cxx = re.search(r"^cxx = (.*)$", text, re.M)
-    cflags = re.search(r"^cflags = (.*)$", text, re.M)
-    post = re.search(r"^post_cflags = (.*)$", text, re.M)
-    assert cxx and cflags
-    base = f"{cxx.group(1)} {cflags.group(1)} -c {ninja.parent / 'main.cpp'} -o /tmp/main.o {post.group(1) if post else ''}"
+    v = ninja_variables(ninja.read_text())
+    base = (
+        f"{v['cxx']} {v['cflags']} -c {ninja.parent / 'main.cpp'} -o /tmp/main.o {v.get('post_cflags', '')}"
+    )
     times: dict[str, Any] = {}
     for name, extra, cpath in (
         ("plain", "", None),

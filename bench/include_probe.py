@@ -33,7 +33,7 @@ _INCLUDE = re.compile(r"#\s*include\s*[<\"]torch/extension\.h[>\"]")
 SHIM = "namespace torch { using namespace at; }"
 
 sys.path.insert(0, str(ROOT / "services" / "kernel-service" / "src"))
-from kernel_service.workers.fast_builds import light_include  # noqa: E402
+from kernel_service.workers.fast_builds import light_include, ninja_variables  # noqa: E402
 
 
 def includes(source: str) -> dict[str, str]:
@@ -54,11 +54,7 @@ def nvcc_command() -> str:
         cpp_extension._write_ninja_file_to_build_library(
             str(ninja), "probe", [str(Path(tmp) / "k.cu")], [], ["-O3"], [], [], [], True, False, False
         )
-        values = {}
-        for line in ninja.read_text().splitlines():
-            if " = " in line and not line.startswith((" ", "\t", "build ", "rule ")):
-                k, v = line.split(" = ", 1)
-                values[k.strip()] = v.strip()
+        values = ninja_variables(ninja.read_text())
     flags = re.sub(r"-DTORCH_EXTENSION_NAME=\S+", "", values.get("cuda_cflags", ""))
     return f"{values.get('nvcc', 'nvcc')} {flags} -c {{src}} -o {{obj}} {values.get('cuda_post_cflags', '')}"
 

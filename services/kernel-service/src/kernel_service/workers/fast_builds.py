@@ -167,6 +167,16 @@ def light_source(solution: str, ops_dir: Path | None = None) -> str | None:
     return variants[0] if variants else None
 
 
+def ninja_variables(text: str) -> dict[str, str]:
+    """The top-level variables (``cflags = ...``) of a ``build.ninja`` torch wrote."""
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        if " = " in line and not line.startswith((" ", "\t", "build ", "rule ")):
+            k, v = line.split(" = ", 1)
+            values[k.strip()] = v.strip()
+    return values
+
+
 def pch_command(extra_cflags: list[str], extra_include_paths: list[str], with_cuda: bool) -> tuple[str, str]:
     """The shell command that precompiles ``torch/extension.h`` as torch would compile ``main.cpp`` with
     these arguments (``{out}`` stands for the output), and its signature (hash of the command)."""
@@ -179,11 +189,7 @@ def pch_command(extra_cflags: list[str], extra_include_paths: list[str], with_cu
             extra_include_paths, with_cuda, False, False,
         )  # fmt: skip
         text = ninja.read_text()
-    values: dict[str, str] = {}
-    for line in text.splitlines():
-        if " = " in line and not line.startswith((" ", "\t", "build ", "rule ")):
-            k, v = line.split(" = ", 1)
-            values[k.strip()] = v.strip()
+    values = ninja_variables(text)
     cflags = re.sub(r"-DTORCH_EXTENSION_NAME=\S+", "", values.get("cflags", ""))
     header = Path(cpp_extension.include_paths()[0]) / "torch" / "extension.h"
     cmd = f"{values.get('cxx', 'c++')} -x c++-header {shlex.quote(str(header))} -o {{out}} {cflags}"
