@@ -16,6 +16,8 @@ from kernel_service.judging.judging import (
     COPY_ABS_MS,
     COPY_REL,
     LONE_ABS_MS,
+    LONE_NOISE_CAP_MS,
+    LONE_NOISE_Z,
     LONE_REL,
     Judge,
     Run,
@@ -23,6 +25,7 @@ from kernel_service.judging.judging import (
     host_capped,
     lone_bound,
     lone_level,
+    lone_noise,
     lone_ratio,
     unwrap,
 )
@@ -269,3 +272,28 @@ def test_lone_calls_are_read_against_their_own_process_level_capped_by_the_trust
     assert 0.035 / capped[0] > 1.2  # read against the higher level, batching would gain over 1.2x
     assert 0.035 / own[0] <= 1.1  # against its own level, within the issue's 1.1x
     assert lone_bound(honest, lone, lone_level(null, 0.283, null - 0.007), ratio)[0] == honest
+
+
+def test_the_lone_floor_allows_for_its_own_error_but_no_more_than_its_cap() -> None:
+    """A 3 us op against itself read 0.81x on the H100 with the floor binding on noise: its lone calls,
+    each less the level beside it, spread by about the call itself. The floor moves down by twice its
+    standard error, never more than ``LONE_NOISE_CAP_MS`` (what lone calls made to vary on purpose gain)."""
+    null = 0.290
+    steady = [0.0046 + 0.0001 * (i % 3) for i in range(10)]  # lone calls less their level: 4.6-4.8 us
+    noisy = [0.0046 + 0.0025 * (-1) ** i for i in range(10)]  # the same median, +-2.5 us
+    ref_lone = [null + 0.095 + 0.0005 * (i % 2) for i in range(10)]
+    assert lone_noise(steady, 1.0, ref_lone, null) < lone_noise(noisy, 1.0, ref_lone, null)
+    assert lone_noise([], 1.0, ref_lone, null) == 0.0 and lone_noise(noisy, None, ref_lone, null) == 0.0
+    several = [0.0025] * 5  # 2.5 us a call in the readings
+    lone = [null + d for d in noisy]
+    _, tight = lone_bound(several, lone, null, 1.0)
+    assert tight["lone_bound"] == 1.0  # without its error the floor binds
+    noise = lone_noise(noisy, 1.0, ref_lone, null)
+    kept, loose = lone_bound(several, lone, null, 1.0, noise)
+    assert kept == several and loose["lone_bound"] == 0.0
+    assert loose["lone_slack_us"] == round(min(LONE_NOISE_Z * noise, LONE_NOISE_CAP_MS) * 1e3, 3)
+    wild = [0.0046 + 0.050 * (-1) ** i for i in range(10)]  # lone calls made to vary by 50 us
+    _, capped = lone_bound(
+        [0.0005] * 5, [null + d for d in wild], null, 1.0, lone_noise(wild, 1.0, ref_lone, null)
+    )
+    assert capped["lone_slack_us"] == LONE_NOISE_CAP_MS * 1e3 and capped["lone_bound"] == 1.0

@@ -61,6 +61,7 @@ from ..judging.judging import (
     host_capped,
     lone_bound,
     lone_level,
+    lone_noise,
     lone_ratio,
     misplaced,
     net,
@@ -484,6 +485,7 @@ def _time(
     lone_checked: list[tuple[int, Any]] = []  # lone readings' (seed, output), replayed lone by the reference
     lone_new: list[float] = []
     side_nulls: list[float] = []  # the path's level through the candidate's process beside each lone call
+    lone_pairs: list[tuple[float, float]] = []  # (lone reading, level beside it) for the floor's error
     if gpu and max(m, n) > 1:
         for k in range(LONE_READINGS):
             seed = fresh_seed()
@@ -491,10 +493,11 @@ def _time(
             if why := foreign(timed.out) or misplaced(timed, device):
                 raise Incorrect(f"lone reading {k + 1}: {why}")
             lone_checked.append((seed, timed.out[0]))
-            if not timed.host_timed and timed.ms is not None:
-                lone_new.append(timed.ms)
             side_nulls.append(calibrate(run, base, timers["candidate"], [(get_inputs(warm_seed), {})],
                                         role="candidate", readings=2))  # fmt: skip
+            if not timed.host_timed and timed.ms is not None:
+                lone_new.append(timed.ms)
+                lone_pairs.append((timed.ms, side_nulls[-1]))
     run.end_candidate()
     lone_side_null = statistics.median(side_nulls) if side_nulls else 0.0
 
@@ -569,7 +572,9 @@ def _time(
         copied = _per_call([(ms + c, k) for (ms, k), c in zip(new_raw, new_copy, strict=True)], null_ms)
         new_pc, raised = copy_bound(new_pc, copied, ref_copy_ms)
         copy_info = {"reference_copy_us": round(ref_copy_ms * 1e3, 2), "copy_bound_readings": float(raised)}
-    new_pc, lone_info = lone_bound(new_pc, lone_new, lone_null, ratio)
+    lone_diffs = [ms - lone_level(null_ms, run.candidate_null_ms, level) for ms, level in lone_pairs]
+    noise = lone_noise(lone_diffs, ratio, lone_ref, null_ms)
+    new_pc, lone_info = lone_bound(new_pc, lone_new, lone_null, ratio, noise)
     if run.candidate_null_ms is not None:
         lone_info["candidate_null_us"] = round(run.candidate_null_ms * 1e3, 2)
     if lone_side_null > 0:
