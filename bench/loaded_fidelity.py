@@ -194,10 +194,15 @@ async def served(url: str, builds: int, storm_s: float) -> dict[str, Any]:
                 row.append(res)
                 print(f"loaded (pending {busy})", k["name"], res, flush=True)
             rounds.append(row)
-        finished, _ = await asyncio.wait(loads, timeout=max(1.0, storm_s - (time.perf_counter() - t0)))
-        done = [t.result() for t in finished]  # what is still building is left to the service's shutdown
-        return {"idle": idle, "rounds": rounds, "loads": done, "storm_s": time.perf_counter() - t0,
-                "host": snapshot}  # fmt: skip
+        finished, unfinished = await asyncio.wait(
+            loads, timeout=max(1.0, storm_s - (time.perf_counter() - t0))
+        )
+        done = [t.result() for t in finished]
+        for task in unfinished:  # still building at the storm's end: cut here, not by the service's shutdown
+            task.cancel()
+        await asyncio.gather(*unfinished, return_exceptions=True)
+        return {"idle": idle, "rounds": rounds, "loads": done, "loads_cut": len(unfinished),
+                "storm_s": time.perf_counter() - t0, "host": snapshot}  # fmt: skip
 
 
 def host_snapshot() -> dict[str, Any]:
@@ -281,6 +286,7 @@ def main() -> int:
         "builds": args.builds,
         "rows": rows,
         "loads": got["loads"],
+        "loads_cut": got["loads_cut"],
         "storm_s": got["storm_s"],
         "host_snapshot": got["host"],
         "wall_s": time.perf_counter() - t0,
@@ -297,7 +303,8 @@ def main() -> int:
         )
     build_walls = [x["wall_s"] for x in got["loads"]]
     print(
-        f"loads: {sum(x['outcome'] == 'correct' for x in got['loads'])}/{len(got['loads'])} correct, "
+        f"loads: {sum(x['outcome'] == 'correct' for x in got['loads'])}/{len(got['loads'])} correct "
+        f"({got['loads_cut']} still building at the storm's end, cut), "
         f"wall {min(build_walls):.0f}-{max(build_walls):.0f} s (median {statistics.median(build_walls):.0f}); "
         f"storm {got['storm_s']:.0f} s; total {report['wall_s']:.0f} s"
     )
