@@ -214,6 +214,7 @@ async def submit_all(
     sem = asyncio.Semaphore(concurrency)
     latencies: list[float] = [0.0] * len(bodies)
     answers: list[dict[str, Any]] = [{} for _ in bodies]
+    answered_at: list[float] = [0.0] * len(bodies)  # seconds from the first submission
 
     done = [0]
     async with httpx.AsyncClient(base_url=url, timeout=timeout) as client:
@@ -224,6 +225,8 @@ async def submit_all(
                 r = await client.post("/v1/evaluate", json=body)
                 latencies[k] = time.perf_counter() - t0
                 answers[k] = r.json() if r.status_code == 200 else {"outcome": f"http_{r.status_code}"}
+            answered_at[k] = time.perf_counter() - start
+            answers[k]["answered_at_s"] = round(answered_at[k], 2)
             done[0] += 1  # as each answer lands: a run cut off by its time limit still shows its pace
             print(f"{done[0]}/{len(bodies)} answered at {time.perf_counter() - start:.1f} s: "
                   f"{answers[k].get('outcome')}", file=sys.stderr, flush=True)  # fmt: skip
@@ -325,6 +328,20 @@ def summarize_service(
         "eval_slot_busy_share": sum(busy) / (wall * slots) if wall > 0 and slots else None,
         "extension_cache_hits": sum(1 for a in answers if a.get("extension_cache_hit")),
         "speedup": stats([float(a["speedup"]) for a in answers if a.get("speedup")]),
+        # each answer's timeline, in the order answered: where a batch's time goes (compile or queue)
+        "per_answer": sorted(
+            (
+                {
+                    "answered_at_s": a.get("answered_at_s"),
+                    "latency_s": round(lat, 2),
+                    "queue_s": round(e.get("queue_s", 0.0), 2),
+                    "compile_s": round(e.get("compile_s", 0.0), 2),
+                    "outcome": a.get("outcome"),
+                }
+                for a, e, lat in zip(answers, el, latencies, strict=True)
+            ),
+            key=lambda r: r["answered_at_s"] or 0.0,
+        ),
     }
 
 
@@ -393,6 +410,8 @@ def main(argv: list[str] | None = None) -> int:
             )
         slots = len(service.gpus) if service is not None and gpu else (args.cpu_workers if service else 1)
         svc = summarize_service(answers, latencies, wall, max(1, slots))
+        pool = getattr(service, "compile_pool", None)
+        svc["compile_workers"] = getattr(pool, "size", None)
         print(f"service: {args.n} evaluations in {wall:.1f} s", file=sys.stderr)
 
         k = min(args.resubmit, args.n)
