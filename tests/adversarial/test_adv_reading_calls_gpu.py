@@ -83,8 +83,10 @@ def test_a_fused_rewrite_batched_across_a_reading(server: RunningServer) -> None
     *reference's* several-to-lone ratio. Here the reference is 48 tiny launches, whose lone calls pay the
     GPU's first-kernels cost many times, and the candidate is the honest two-launch fusion of it that also
     batches each reading's calls into one launch: its lone calls pay that cost twice, so the reference's
-    ratio scales them below its honest time. Not yet run on a GPU, and not closed without MPS: above 1.1x
-    the test reports an expected failure with its figures; under MPS (``KS_MPS=on``) 1.1x is a hard bound."""
+    ratio scales them below its honest time. On the H100 it read 1.11x, 1.14x, 1.66x and 5.1x the honest
+    fusion in four runs (a lone reading of a ~5 us call moves by about the call itself), so it is not closed
+    without MPS: above 1.1x the test reports an expected failure with its figures; under MPS
+    (``KS_MPS=on``) 1.1x is a hard bound."""
     honest = _evaluate(server.url, (CASES / "fused_honest.py").read_text(), "ref_many_kernels.py")
     assert honest["outcome"] == "correct", honest.get("message")
     got = _evaluate(server.url, (CASES / "fused_batched.py").read_text(), "ref_many_kernels.py")
