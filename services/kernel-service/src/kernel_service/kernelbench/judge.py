@@ -579,6 +579,11 @@ def _time(
         lone_info["candidate_null_us"] = round(run.candidate_null_ms * 1e3, 2)
     if lone_side_null > 0:
         lone_info["candidate_lone_null_us"] = round(lone_side_null * 1e3, 2)
+        # diagnostics of the level beside the lone calls (it sat at either of two levels ~8 us apart on
+        # the H100): its range, and the lone calls read each against its own neighbours
+        lone_info["candidate_lone_null_range_us"] = round((max(side_nulls) - min(side_nulls)) * 1e3, 2)
+    if lone_diffs:
+        lone_info["lone_paired_us"] = round(statistics.median(lone_diffs) * 1e3, 3)
     if lone_ref:
         lone_info["reference_lone_us"] = round((statistics.median(lone_ref) - null_ms) * 1e3, 3)
         lone_info["reference_ratio"] = round(ratio, 4) if ratio is not None else -1.0
