@@ -34,7 +34,9 @@ x8 = torch.randn(8 * 1024 * 1024, device=dev)
 mlp = torch.nn.Sequential(*[torch.nn.Linear(1024, 1024) for _ in range(4)]).to(dev)
 xb = torch.randn(16, 1024, device=dev)
 a = torch.randn(2048, 2048, device=dev)
-kernels = {"relu_8M": lambda: torch.relu(x8), "mlp_4x1024_b16": lambda: mlp(xb), "matmul_2048": lambda: a @ a}
+s1, s2 = torch.randn(1, 128, device=dev), torch.randn(1, 128, device=dev)
+kernels = {"add_1x128": lambda: s1 + s2, "relu_8M": lambda: torch.relu(x8), "mlp_4x1024_b16": lambda: mlp(xb),
+           "matmul_2048": lambda: a @ a}
 out = {}
 with torch.no_grad():
     for name, fn in kernels.items():
@@ -100,7 +102,7 @@ def main() -> None:
                         jobs = [run_job(args.calls, env, sandboxed, companion) for _ in range(args.jobs)]
                         row: dict[str, Any] = {"mode": mode, "sandboxed": sandboxed, "companion": companion,
                                                "jobs_us": jobs}  # fmt: skip
-                        for name in ("relu_8M", "mlp_4x1024_b16", "matmul_2048"):
+                        for name in ("add_1x128", "relu_8M", "mlp_4x1024_b16", "matmul_2048"):
                             vals = [j[name] for j in jobs if name in j]
                             if vals:
                                 row[name] = {"median_us": round(statistics.median(vals), 2),
