@@ -679,7 +679,7 @@ def lone_bound(
         return per_call, {}
     lone = statistics.median(lone_raw) - null_ms
     base = lone * min(ratio, 1.0)
-    cap = LONE_NOISE_CAP_MS * min(1.0, LONE_NOISE_SCALE_MS / base) if base > 0 else LONE_NOISE_CAP_MS
+    cap = LONE_NOISE_CAP_MS * LONE_NOISE_SCALE_MS / max(base, LONE_NOISE_SCALE_MS)
     slack = min(LONE_NOISE_Z * noise_ms, cap)
     floor = base * (1 - LONE_REL) - LONE_ABS_MS - slack
     med = statistics.median(per_call)

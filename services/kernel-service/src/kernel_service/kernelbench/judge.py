@@ -483,9 +483,8 @@ def _time(
         if precise(_per_call(new_raw, base.null_ms), 0.0, rel):
             break
     lone_checked: list[tuple[int, Any]] = []  # lone readings' (seed, output), replayed lone by the reference
-    lone_new: list[float] = []
     side_nulls: list[float] = []  # the path's level through the candidate's process beside each lone call
-    lone_pairs: list[tuple[float, float]] = []  # (lone reading, level beside it) for the floor's error
+    lone_pairs: list[tuple[float, float]] = []  # (lone reading, level beside it) of each reading kept
     if gpu and max(m, n) > 1:
         for k in range(LONE_READINGS):
             seed = fresh_seed()
@@ -496,7 +495,6 @@ def _time(
             side_nulls.append(calibrate(run, base, timers["candidate"], [(get_inputs(warm_seed), {})],
                                         role="candidate", readings=2))  # fmt: skip
             if not timed.host_timed and timed.ms is not None:
-                lone_new.append(timed.ms)
                 lone_pairs.append((timed.ms, side_nulls[-1]))
     run.end_candidate()
     lone_side_null = statistics.median(side_nulls) if side_nulls else 0.0
@@ -574,7 +572,7 @@ def _time(
         copy_info = {"reference_copy_us": round(ref_copy_ms * 1e3, 2), "copy_bound_readings": float(raised)}
     lone_diffs = [ms - lone_level(null_ms, run.candidate_null_ms, level) for ms, level in lone_pairs]
     noise = lone_noise(lone_diffs, ratio, lone_ref, null_ms)
-    new_pc, lone_info = lone_bound(new_pc, lone_new, lone_null, ratio, noise)
+    new_pc, lone_info = lone_bound(new_pc, [ms for ms, _ in lone_pairs], lone_null, ratio, noise)
     if run.candidate_null_ms is not None:
         lone_info["candidate_null_us"] = round(run.candidate_null_ms * 1e3, 2)
     if lone_side_null > 0:
