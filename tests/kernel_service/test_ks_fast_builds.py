@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -201,19 +202,32 @@ def test_the_precompiled_header_is_one_gcc_uses_for_the_builds_flags(
 
 @pytest.fixture(scope="module")
 def busy_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, KernelService]]:
-    """One compile worker: never two free, as in a batch that keeps the pool busy."""
-    yield from _served(tmp_path_factory.mktemp("ks-busy"), compile_workers=1, build_pch=False)
+    """Three compile workers, one of them kept busy by the test: a pool in use, as in a batch."""
+    yield from _served(tmp_path_factory.mktemp("ks-busy"), compile_workers=3, build_pch=False)
 
 
-def test_a_busy_pool_builds_light_alone_and_as_written_only_when_light_fails(
+#: A submission whose import holds its compile worker for a while (a batch's other build).
+SLOW_IMPORT = S.SOL_ADD_OK.replace("import torch", "import time\nimport torch\ntime.sleep(20)", 1)
+
+
+def test_a_pool_in_use_builds_light_alone_and_as_written_only_when_light_fails(
     busy_service: tuple[str, KernelService],
 ) -> None:
+    """Two workers are free, but a third is building: no race. Racing there (a batch's first solutions)
+    left as-written builds running on after the light ones won, holding half the pool (issue 34)."""
     url, service = busy_service
     cache = service.build_cache
-    assert cache is not None and service.compile_spare() == 1
+    assert cache is not None and service.compile_spare() == 3
     versions = service._versions()
     solution = S.SOL_CPP_ADD.replace("ks_test_add_cpu", "ks_test_add_busy")
-    res = _post(url, solution)
+    with ThreadPoolExecutor(1) as pool:
+        other = pool.submit(_post, url, SLOW_IMPORT)
+        deadline = time.monotonic() + 60
+        while service.compile_spare() == 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert service.compile_spare() == 2  # the other build holds one worker
+        res = _post(url, solution)
+        assert other.result().outcome == "correct"
     assert res.outcome == "correct", f"{res.message}\n{res.compile_log}"
     light = light_source(solution)
     assert light is not None and BuildCache.is_built(cache.dir_for(light, "cpp", versions))
@@ -224,7 +238,7 @@ def test_a_busy_pool_builds_light_alone_and_as_written_only_when_light_fails(
     res = _post(url, NEEDS_FULL_INCLUDE)  # its light build fails: then the source as written
     assert res.outcome == "correct", f"{res.message}\n{res.compile_log}"
     assert BuildCache.is_built(cache.dir_for(NEEDS_FULL_INCLUDE, "cpp", versions))
-    assert service.compile_spare() == 1  # every compile answered
+    assert service.compile_spare() == 3  # every compile answered
 
 
 def _written_by_load_inline(source: str, ext_dir: Path) -> dict[str, str]:
