@@ -8,7 +8,7 @@
 #                                            loaded (issue 30: honest kernels timed while 12 CUDA builds run)
 #                                            builds (issue 34: cold build times, plain / pch / light include / both)
 #                                            build_paths (issue 34: one fast build's ninja targets)
-#                                            batch (issue 34: the fast-build batch; AB_SRC for a second tree)
+#                                            batch (issue 34: the fast-build batch; AB_SRC for a second tree), batch_plain
 #                                            mps_spread (issue 30: one kernel's time job after job, MPS on/off, sandboxed or not)
 # Knobs: BATCH_N, AB_SRC, BUILD_OPTIONS, BUILD_PARALLEL (builds of one option at once), COMPILE_ARGS (e.g. --task-ids-from F),
 # MPS=on (the loaded step under the service's MPS daemon), STORM_S, BB_ARGS.
@@ -89,6 +89,9 @@ open('/tmp/ks_ref.py', 'w').write(G.REF_FUSED); open('/tmp/ks_sol.py', 'w').writ
         step batch_ab 560 env PYTHONPATH="$AB_SRC/src:$AB_SRC/services/kernel-service/src:$PYTHONPATH" python3 \
           bench/throughput.py --backend cuda --n ${BATCH_N:-50} --baseline-n 0 --resubmit 1 --fast-builds --out "$OUT/batch_ab.json"
       fi ;;
+    batch_plain)  # the same batch with plain builds (no PCH, no light include): the baseline beside `batch`
+      step batch_plain 560 python3 bench/throughput.py --backend cuda --n ${BATCH_N:-50} --baseline-n 0 --resubmit 1 \
+        --out "$OUT/batch_plain.json" ;;
     build_paths) step build_paths 240 python3 bench/build_paths.py --example add --out "$OUT/build_paths.json" ;;
     precision) step precision 300 python3 -m pytest -m gpu tests/kernel_service/test_gpu_precision.py -q -p no:cacheprovider ;;
     level1_one) step level1_one 560 env CUDA_VISIBLE_DEVICES=0 python3 bench/kernelbench_gpu.py --model reference \
