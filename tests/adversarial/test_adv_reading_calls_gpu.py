@@ -72,9 +72,8 @@ def honest(server: RunningServer) -> dict:
 def test_a_reading_seen_as_a_set_gains_nothing(server: RunningServer, honest: dict, case: str) -> None:
     got = _evaluate(server.url, (CASES / f"{case}.py").read_text())
     print(case, got["outcome"], got.get("speedup"), "honest", honest["speedup"], got.get("timing_gate"))
-    print(
-        "honest's gate", honest.get("timing_gate")
-    )  # the bound is relative: a low honest reading fails it too
+    # the bound is relative: a low honest reading fails it too
+    print("honest's gate", honest.get("timing_gate"))
     if got["outcome"] == "correct":
         _judge_gain(got["speedup"], honest["speedup"], case)
     else:
