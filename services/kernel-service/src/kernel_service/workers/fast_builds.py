@@ -276,12 +276,11 @@ async def race_light_build(service: Any, request: Any, base: dict[str, Any]) -> 
     """The request to judge (a light variant or the source as written) and its finished compile (None:
     already built).
 
-    On an idle pool of two or more workers, the lightest variant and the source as written start at once; the
-    light one is taken when it builds, else the build as written, whose result is awaited, never
-    restarted. After a light win, the as-written build runs on in the background (``service._background``:
-    a started build stops only at its end) and fills its cache entry: the slot is the price of not
-    waiting twice. So the race runs only on an idle pool (an agent's lone submission). On a pool already
-    in use (a batch), the light variants build one after another, lightest first, and the source as
+    On an idle pool of two or more workers (an agent's lone submission), the lightest variant and the
+    source as written start at once; the light one is taken when it builds, else the build as written,
+    whose result is awaited, never restarted. After a light win, the as-written build runs on in the
+    background (``service._background``: a started build stops only at its end) and fills its cache entry:
+    the slot is the price of not waiting twice. On a pool already in use (a batch), the light variants build one after another, lightest first, and the source as
     written only if all fail: racing would double every solution's nvcc work while other solutions wait
     for workers. Measured on the H200 host (BENCHMARKS.md, issue 34): with racing whenever two workers
     were free, the first eight solutions of a 25-solution batch raced, and their as-written builds ran on
@@ -311,8 +310,7 @@ async def race_light_build(service: Any, request: Any, base: dict[str, Any]) -> 
     def won(done: Any, build_dir: Path) -> bool:
         return done[0] is None and cache.is_built(build_dir)
 
-    spare = service.compile_spare()
-    if spare < 2 or spare < service.compile_pool.size:  # in use: light alone, as written only if all fail
+    if service.compile_spare() < max(2, service.compile_pool.size):  # in use: light alone, then as written
         for light_request, light_dir in lights:
             light_done = await build(light_request, light_dir)
             if won(light_done, light_dir):
