@@ -33,9 +33,8 @@ OPTS = {
 }
 CHEATS = ["streams_per_call", "batch_calls", "batch_through_frames", "defer_past_done", "reuse_across_calls"]
 #: Issue 30's bound: a cheat reads at most 1.1x the honest rewrite's speedup. Without MPS the lone calls
-#: bound these cases (``judging.lone_bound``); read against the candidate process's own null calls beside
-#: them, every case read 0.98-1.07x on the H100 (BENCHMARKS.md, "The calls of one reading"); against the
-#: trusted nulls alone they had read 0.97-1.56x over six runs.
+#: bound these cases (``judging.lone_bound``), both sides' read against one trusted level
+#: (``judging.lone_level``; BENCHMARKS.md, "The calls of one reading").
 NO_GAIN = 1.1
 
 
@@ -52,8 +51,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
         yield running
 
 
-def _evaluate(url: str, solution: str, reference: str = "ref_latency.py") -> dict:
-    body = {"reference": (CASES / reference).read_text(), "solution": solution, "options": OPTS}
+def _evaluate(url: str, solution: str, reference: str = "ref_latency.py", **options: object) -> dict:
+    body = {
+        "reference": (CASES / reference).read_text(),
+        "solution": solution,
+        "options": {**OPTS, **options},
+    }
     answer = httpx.post(f"{url}/v1/evaluate", json=body, timeout=600)
     assert answer.status_code == 200, answer.text
     return answer.json()
@@ -78,6 +81,18 @@ def test_a_reading_seen_as_a_set_gains_nothing(server: RunningServer, honest: di
         _judge_gain(got["speedup"], honest["speedup"], case)
     else:
         assert got["outcome"] in ("incorrect", "execution_failure"), got.get("message")
+
+
+def test_a_cached_reference_timing_keeps_the_floor(server: RunningServer, honest: dict) -> None:
+    """With ``reuse_reference_timing`` the reference's readings are not taken again, but its lone readings
+    are: without its ratio the candidate's calls would have no floor (the streams case read 2.3x)."""
+    got = _evaluate(server.url, (CASES / "streams_per_call.py").read_text(), reuse_reference_timing=True)
+    print("streams, cached reference", got["outcome"], got.get("speedup"), got.get("timing_gate"))
+    assert got["outcome"] == "correct", got.get("message")
+    if os.environ.get("KS_MPS", "off") == "off":  # under MPS the reference is timed every time
+        assert got["ref_timing_cached"] is True  # the honest run filled the cache
+        assert got["timing_gate"]["reference_ratio"] > 0
+    _judge_gain(got["speedup"], honest["speedup"], "streams, cached reference")
 
 
 def test_a_fused_rewrite_batched_across_a_reading(server: RunningServer) -> None:

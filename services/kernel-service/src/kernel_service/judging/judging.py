@@ -66,9 +66,8 @@ LONE_READINGS = 20
 #: How far the candidate's per-call time may fall below its lone calls' (scaled by the reference's
 #: ratio) before they bound it: lone readings of a ~60 us call spread a few percent. The slack is the
 #: most a batched reading gains: 5% and 2 us let a 35 us MLP batched across its reading's calls read
-#: 1.11-1.15x the honest rewrite on the H100 (the issue's bound is 1.1x). (The path's level moves ~9 us
-#: within a process as well as between them: ``judge._time`` reads the lone calls against the candidate
-#: process's null calls made right after them, capped by the trusted nulls.)
+#: 1.11-1.15x the honest rewrite on the H100 (the issue's bound is 1.1x). (Both sides' lone readings are
+#: read against one level: :func:`lone_level`.)
 LONE_REL = 0.03
 #: And by this much more: a lone call of a 1x128 add (~2 us) read 3.3 us against 2.3 us a call in its
 #: readings, with the reference's ratio at 1.16 (noise at that scale), and a floor without it read the
@@ -636,36 +635,36 @@ def host_capped(calls: int, round_trip_us: float, measured_calls: int) -> int:
     return max(1, min(calls, int(READING_HOST_US // per_call)))
 
 
-def lone_ratio(per_call: list[float], lone_raw: list[float], null_ms: float) -> float | None:
-    """How a side's per-call time in readings of several calls compares with its lone calls' (<= 1 where
-    the lone calls cost more), or None without both kinds of readings."""
-    if not per_call or not lone_raw:
+def lone_ratio(per_call: list[float], lone: list[float]) -> float | None:
+    """How a side's per-call time in readings of several calls compares with its lone calls' (``lone``:
+    each less the path's level beside it; <= 1 where the lone calls cost more), or None without both."""
+    if not per_call or not lone:
         return None
-    lone = statistics.median(lone_raw) - null_ms
-    return statistics.median(per_call) / lone if lone > 0 else None
+    mid = statistics.median(lone)
+    return statistics.median(per_call) / mid if mid > 0 else None
 
 
-def lone_level(reference_null_ms: float, before_load_ms: float | None, after_lone_ms: float) -> float:
-    """The path's cost (ms) that a candidate's lone calls are read against: its own process's null calls
-    made right after them (``after_lone_ms``; 0: none), never above the higher of the two trusted nulls
-    (the reference's, the candidate's before its code was loaded).
+def lone_level(trusted_ms: list[float]) -> float:
+    """The path's cost (ms) that both sides' lone readings are read against: the lowest of the trusted
+    null readings (the reference's calibration, the candidate process's before its code was loaded, the
+    reference's beside each of its lone readings).
 
-    Why: the level moved ~9 us within one process on the H100. A floor read against a lower level than
-    the lone calls' own binds honest ~25 us kernels (BENCHMARKS.md, "The calls of one reading"); one read
-    against a higher level let batched readings gain up to that much times the reference's ratio. The
-    submission can only lower its own null calls' reading (a *done* recorded before *go*), which raises
-    its own floor; slowing them changes nothing past the cap."""
-    trusted = max(reference_null_ms, before_load_ms or 0.0)
-    return min(trusted, after_lone_ms) if after_lone_ms > 0 else trusted
+    Why: null calls sit at either of two levels ~8 us apart (by process and by moment) while lone calls
+    do not: on the H100 one MLP's lone readings came to 343-347 us raw in every process of a run, while
+    the null calls beside them read 284-294 us. Each lone reading read against the level beside it read
+    the same kernel 50 us in one job and 58 us in the next (an L2-flushed timer: 55.7 us), and the same
+    code 5-12% apart on the two sides (so the reference's ratio moved, and with it the floor). One level,
+    the lower mode, reads both sides alike; the submission cannot move it."""
+    return min(trusted_ms)
 
 
 def lone_bound(
-    per_call: list[float], lone_raw: list[float], null_ms: float, ratio: float | None, noise_ms: float = 0.0
+    per_call: list[float], lone: list[float], ratio: float | None, noise_ms: float = 0.0
 ) -> tuple[list[float], dict[str, float]]:
     """The candidate's per-call times (from readings of several calls), raised where needed so that their
-    median is not below its lone calls' (``lone_raw``, less ``null_ms``: the path's cost through the same
-    process, measured before its code was loaded where the benchmark can) times ``ratio`` (the same
-    relation measured on the trusted reference side: :func:`lone_ratio`), less ``LONE_REL``, ``LONE_ABS_MS``
+    median is not below its lone calls' (``lone``: each less the path's level beside it, :func:`lone_level`)
+    times ``ratio`` (the same relation measured on the trusted reference side: :func:`lone_ratio`), less
+    ``LONE_REL``, ``LONE_ABS_MS``
     and ``LONE_NOISE_Z`` times ``noise_ms`` (the floor's standard error: :func:`lone_noise`), at most
     ``LONE_NOISE_CAP_MS``.
 
@@ -675,36 +674,33 @@ def lone_bound(
     kernels after the GPU switches contexts: a 4-layer MLP read 61 us lone and 35 us a call at 33 a
     reading on the H100), hence the reference's ratio rather than the lone time itself. The rule is
     continuous (the floor, not the lone time, once it binds)."""
-    if not lone_raw or not per_call or ratio is None:
+    if not lone or not per_call or ratio is None:
         return per_call, {}
-    lone = statistics.median(lone_raw) - null_ms
+    lone_ms = statistics.median(lone)
     slack = min(LONE_NOISE_Z * noise_ms, LONE_NOISE_CAP_MS)
-    floor = lone * min(ratio, 1.0) * (1 - LONE_REL) - LONE_ABS_MS - slack
+    floor = lone_ms * min(ratio, 1.0) * (1 - LONE_REL) - LONE_ABS_MS - slack
     med = statistics.median(per_call)
-    info = {"lone_us": round(lone * 1e3, 3), "several_us": round(med * 1e3, 3), "lone_bound": 0.0,
+    info = {"lone_us": round(lone_ms * 1e3, 3), "several_us": round(med * 1e3, 3), "lone_bound": 0.0,
             "lone_slack_us": round(slack * 1e3, 3)}  # fmt: skip
     if med >= floor or med <= 0:
         return per_call, info
     return [x * floor / med for x in per_call], {**info, "lone_bound": 1.0}
 
 
-def lone_noise(
-    lone_diffs: list[float], ratio: float | None, reference_lone: list[float], null_ms: float
-) -> float:
-    """The standard error (ms) of :func:`lone_bound`'s floor: the candidate's lone readings each less its
-    own process's level beside it (``lone_diffs``), and the reference's ratio through its lone readings
-    (``reference_lone``, each holding the path's cost ``null_ms``), combined as independent errors.
+def lone_noise(lone: list[float], ratio: float | None, reference_lone: list[float]) -> float:
+    """The standard error (ms) of :func:`lone_bound`'s floor: the candidate's lone readings and the
+    reference's ratio through its own (both each less the path's level beside it), combined as
+    independent errors.
 
     Why: a call of a few us is read lone against a level that moves by about as much (a 2-launch kernel's
     lone calls read 2.5-7.6 us in four runs on the H100), so a floor without its error binds honest kernels
     on noise."""
-    if not lone_diffs or ratio is None:
+    if not lone or ratio is None:
         return 0.0
-    own = median_error(lone_diffs)
-    ref_lone = statistics.median(reference_lone) - null_ms if reference_lone else 0.0
+    ref_lone = statistics.median(reference_lone) if reference_lone else 0.0
     rel = median_error(reference_lone) / ref_lone if ref_lone > 0 else 0.0
-    scaled = statistics.median(lone_diffs) * min(ratio, 1.0) * rel
-    return math.hypot(own * min(ratio, 1.0), scaled)
+    scale = min(ratio, 1.0)
+    return math.hypot(median_error(lone) * scale, statistics.median(lone) * scale * rel)
 
 
 def copy_bound(
@@ -775,13 +771,15 @@ def calibrate(
     draw: Callable[[], list[tuple[list[Any], dict[str, Any]]]] | None = None,
     role: str = "reference",
     readings: int = NULL_CALLS,
+    probe: bool = False,
 ) -> float:
     """The path's own cost per reading, from null calls of the reference side with a reading's inputs
     (``sets``) written, as for a real reading (their preparation time is the baseline); ``draw``: drawn
-    into the arena again for each null call, as readings made by :meth:`Run.drawn` are. With ``role``
-    "candidate": the same through the candidate's process, for probes only (:meth:`GpuTimer.side_null`:
-    a side may slow its own null calls: only :func:`lone_level` uses it, and only downwards), ``readings``
-    of them."""
+    into the arena again for each null call, as readings made by :meth:`Run.drawn` are. A ``probe`` (and
+    any call with ``role`` "candidate") measures the same through ``role``'s process, ``readings`` null
+    calls, and leaves the calibration as it was (:meth:`GpuTimer.side_null`): the level beside a lone
+    reading. A side may slow its own null calls: the candidate's are used only by :func:`lone_level`, and
+    only downwards."""
     if isinstance(base, CpuTimer):
         return 0.0
     values = [(list(a), dict(k)) for a, k in sets]
@@ -792,6 +790,6 @@ def calibrate(
     if draw is not None:
         write = partial(run.draw, draw, arena, msg)
     assert isinstance(timer, GatedSide)
-    if role != "reference":
+    if probe or role != "reference":
         return base.side_null(timer, partial(run.ask, role, msg), write, msg, readings)
     return base.calibrate_null(timer, partial(run.ask, role, msg), write, msg)

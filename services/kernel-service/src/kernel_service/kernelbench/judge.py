@@ -483,8 +483,7 @@ def _time(
         if precise(_per_call(new_raw, base.null_ms), 0.0, rel):
             break
     lone_checked: list[tuple[int, Any]] = []  # lone readings' (seed, output), replayed lone by the reference
-    side_nulls: list[float] = []  # the path's level through the candidate's process beside each lone call
-    lone_pairs: list[tuple[float, float]] = []  # (lone reading, level beside it) of each reading kept
+    lone_raw: list[float] = []  # the lone readings kept (ms, the path's cost in them)
     if gpu and max(m, n) > 1:
         for k in range(LONE_READINGS):
             seed = fresh_seed()
@@ -492,12 +491,9 @@ def _time(
             if why := foreign(timed.out) or misplaced(timed, device):
                 raise Incorrect(f"lone reading {k + 1}: {why}")
             lone_checked.append((seed, timed.out[0]))
-            side_nulls.append(calibrate(run, base, timers["candidate"], [(get_inputs(warm_seed), {})],
-                                        role="candidate", readings=2))  # fmt: skip
             if not timed.host_timed and timed.ms is not None:
-                lone_pairs.append((timed.ms, side_nulls[-1]))
+                lone_raw.append(timed.ms)
     run.end_candidate()
-    lone_side_null = statistics.median(side_nulls) if side_nulls else 0.0
 
     # the null calls draw a candidate's reading of inputs: their preparation is its baseline
     null_ms = calibrate(run, base, timers["reference"], [(get_inputs(warm_seed), {})] * m,
@@ -508,7 +504,8 @@ def _time(
         raise HarnessError(Outcome.EXECUTION_FAILURE, str(exc)) from exc
     ref_raw: list[tuple[float, int]] = []
     ref_copy: list[float] = []
-    lone_ref: list[float] = []
+    ref_lone_raw: list[float] = []  # the reference's lone readings of the candidate's lone seeds
+    levels = [null_ms] + ([run.candidate_null_ms] if run.candidate_null_ms else [])  # trusted nulls
     mismatch: str | None = None
 
     def replay(chunk: list[tuple[int, Any]]) -> Call:
@@ -550,19 +547,25 @@ def _time(
             host["reference"] += timed.host_timed
             ref_raw.append((timed.ms, n))
             ref_copy.append(timed.copy_ms)
-        for seed, snap in lone_checked:
-            timed = replay([(seed, snap)])
-            if not timed.host_timed and timed.ms is not None:
-                lone_ref.append(timed.ms)
     else:
-        for seed, snap in checked + lone_checked:
+        for seed, snap in checked:
             if mismatch is None:
                 mismatch = _mismatch(unwrap(run.call("reference", get_inputs(seed)).out), snap, atol, rtol)
+    # the reference's lone readings, with a cached reference timing too (the candidate's floor needs the
+    # reference's ratio), each followed by null calls: the levels the lone readings are read against
+    for seed, snap in lone_checked:
+        timed = replay([(seed, snap)])
+        levels.append(calibrate(run, base, timers["reference"], [(get_inputs(warm_seed), {})], readings=2,
+                                probe=True))  # fmt: skip
+        if not timed.host_timed and timed.ms is not None:
+            ref_lone_raw.append(timed.ms)
+    level = lone_level(levels)
+    lone_new = [ms - level for ms in lone_raw]
+    lone_ref = [ms - level for ms in ref_lone_raw]
     ref_pc = _per_call(ref_raw, null_ms)
     # the reference's own several-to-lone ratio, where its readings hold several calls (at one call a
     # reading there is none: a lone call of a far faster candidate then has nothing to be scaled by)
-    ratio = lone_ratio(ref_pc, lone_ref, null_ms) if n > 1 else None
-    lone_null = lone_level(null_ms, run.candidate_null_ms, lone_side_null)
+    ratio = lone_ratio(ref_pc or ([cached.median] if cached else []), lone_ref) if n > 1 else None
     new_pc = _per_call(new_raw, null_ms)
     copy_info: dict[str, float] = {}
     if gpu and under_mps() and ref_copy:
@@ -570,20 +573,15 @@ def _time(
         copied = _per_call([(ms + c, k) for (ms, k), c in zip(new_raw, new_copy, strict=True)], null_ms)
         new_pc, raised = copy_bound(new_pc, copied, ref_copy_ms)
         copy_info = {"reference_copy_us": round(ref_copy_ms * 1e3, 2), "copy_bound_readings": float(raised)}
-    lone_diffs = [ms - lone_level(null_ms, run.candidate_null_ms, level) for ms, level in lone_pairs]
-    noise = lone_noise(lone_diffs, ratio, lone_ref, null_ms)
-    new_pc, lone_info = lone_bound(new_pc, [ms for ms, _ in lone_pairs], lone_null, ratio, noise)
+    noise = lone_noise(lone_new, ratio, lone_ref)
+    new_pc, lone_info = lone_bound(new_pc, lone_new, ratio, noise)
     if run.candidate_null_ms is not None:
         lone_info["candidate_null_us"] = round(run.candidate_null_ms * 1e3, 2)
-    if lone_side_null > 0:
-        lone_info["candidate_lone_null_us"] = round(lone_side_null * 1e3, 2)
-        # diagnostics of the level beside the lone calls (it sat at either of two levels ~8 us apart on
-        # the H100): its range, and the lone calls read each against its own neighbours
-        lone_info["candidate_lone_null_range_us"] = round((max(side_nulls) - min(side_nulls)) * 1e3, 2)
-    if lone_diffs:
-        lone_info["lone_paired_us"] = round(statistics.median(lone_diffs) * 1e3, 3)
+    if lone_checked:  # the level the lone readings are read against, and how far the trusted nulls spread
+        lone_info["lone_level_us"] = round(level * 1e3, 2)
+        lone_info["lone_level_range_us"] = round((max(levels) - level) * 1e3, 2)
     if lone_ref:
-        lone_info["reference_lone_us"] = round((statistics.median(lone_ref) - null_ms) * 1e3, 3)
+        lone_info["reference_lone_us"] = round(statistics.median(lone_ref) * 1e3, 3)
         lone_info["reference_ratio"] = round(ratio, 4) if ratio is not None else -1.0
     gate = None
     why_degraded = None
