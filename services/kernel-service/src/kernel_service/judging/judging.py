@@ -65,11 +65,11 @@ COPY_REL, COPY_ABS_MS = 0.10, 0.002
 LONE_READINGS = 20
 #: How far the candidate's per-call time may fall below its lone calls' (scaled by the reference's
 #: ratio) before they bound it. The slack is the most a batched reading gains. With both sides' lone
-#: readings read against one level (:func:`lone_level`), honest code read within 1.2% of its floor's base
-#: on the H100 (level 1's four such problems against themselves, the 4-layer MLP, the 8M ReLU; a
-#: one-kernel Triton chain against eager's three: 2.1% below), where each side read against its own
-#: level had read L1_12 5-8% below: hence 2% and 1 us, down from 3% and 1.5 us (a 35 us MLP batched
-#: across its reading's calls read up to 1.108x the honest rewrite with those).
+#: readings read against the level of a lone call's path (:meth:`Run.bind_before_load`), honest code read
+#: within 1.2% of its floor's base on the H100 (level 1's four such problems against themselves, the
+#: 4-layer MLP, the 8M ReLU; a one-kernel Triton chain against eager's three: 2.1% below), where read
+#: against null calls beside them L1_12 had read 5-8% below: hence 2% and 1 us, down from 3% and 1.5 us
+#: (a 35 us MLP batched across its reading's calls read up to 1.108x the honest rewrite with those).
 LONE_REL = 0.02
 #: And by this much more: at a few us a lone reading is mostly noise (a 1x128 add read 3.3 us lone against
 #: 2.3 us a call in its readings; the floor without it read the honest add 0.74x on a busy H100 host:
@@ -192,20 +192,30 @@ class Run:
         self.spawn: dict[str, Any] = {}
         #: GPU: the timers bound to each side before the submission was loaded (:meth:`bind_before_load`).
         self.timers: dict[str, Timer] = {}
-        #: GPU: the path's cost (ms) through the candidate's process, measured before its code was loaded.
-        self.candidate_null_ms: float | None = None
+        #: GPU: the path's cost (ms) of a lone call through the candidate's process, measured before its
+        #: code was loaded (:meth:`bind_before_load`).
+        self.candidate_level_ms: float | None = None
 
     def bind_before_load(self) -> None:
-        """Bind the GPU timer to both sides and measure the path's cost through the candidate's process
-        while it runs only our code: a lone call's cost is read against its own process's level (levels
-        ~8 us apart per process), which the submission, not yet loaded, could not have slowed."""
+        """Bind the GPU timer to both sides and measure the path's cost of a lone call through the
+        candidate's process while it runs only our code (null calls that launch one tiny kernel): its lone
+        calls are read against it, and the submission, not yet loaded, could not have moved it.
+
+        Why: a process's lone calls sit at either of two levels ~8 us apart, and which one is the
+        process's own. On one H100 the MLP's lone readings came to 344-346 us raw in processes whose null
+        calls read ~284 us and 350-353 us in those whose null calls read ~291 us, so two sides read against
+        one level read the same code 12% apart (the streams case 1.20x). On another, the lone calls read
+        344-346 us whatever the null calls read (284 or 292 us), so null calls alone do not tell the
+        level: a lone call's path, kernel and all, does."""
         if self.device.type != "cuda":
             return
         base = self.judge.gpu_timer(self.device)
         base.start_job()
         self.timers = {role: base.bind(role, partial(self.ask, role)) for role in ("candidate", "reference")}
         probe: list[tuple[list[Any], dict[str, Any]]] = [([torch.zeros(1, device=self.device)], {})]
-        self.candidate_null_ms = calibrate(self, base, self.timers["candidate"], probe, role="candidate")
+        self.candidate_level_ms = calibrate(
+            self, base, self.timers["candidate"], probe, role="candidate", kernel=True
+        )
 
     def fork(self, role: str, build_dir: str) -> SideProcess:
         tmp = self.workdir / role
@@ -645,20 +655,6 @@ def lone_ratio(per_call: list[float], lone: list[float]) -> float | None:
     return statistics.median(per_call) / mid if mid > 0 else None
 
 
-def lone_level(trusted_ms: list[float]) -> float:
-    """The path's cost (ms) that both sides' lone readings are read against: the lowest of the trusted
-    null readings (the reference's calibration, the candidate process's before its code was loaded, the
-    reference's beside each of its lone readings).
-
-    Why: null calls sit at either of two levels ~8 us apart (by process and by moment) while lone calls
-    do not: on the H100 one MLP's lone readings came to 343-347 us raw in every process of a run, while
-    the null calls beside them read 284-294 us. Each lone reading read against the level beside it read
-    the same kernel 50 us in one job and 58 us in the next (an L2-flushed timer: 55.7 us), and the same
-    code 5-12% apart on the two sides (so the reference's ratio moved, and with it the floor). One level,
-    the lower mode, reads both sides alike; the submission cannot move it."""
-    return min(trusted_ms)
-
-
 def lone_bound(
     per_call: list[float], lone: list[float], ratio: float | None, noise_ms: float = 0.0
 ) -> tuple[list[float], dict[str, float]]:
@@ -773,19 +769,19 @@ def calibrate(
     role: str = "reference",
     readings: int = NULL_CALLS,
     probe: bool = False,
+    kernel: bool = False,
 ) -> float:
     """The path's own cost per reading, from null calls of the reference side with a reading's inputs
     (``sets``) written, as for a real reading (their preparation time is the baseline); ``draw``: drawn
     into the arena again for each null call, as readings made by :meth:`Run.drawn` are. A ``probe`` (and
     any call with ``role`` "candidate") measures the same through ``role``'s process, ``readings`` null
-    calls, and leaves the calibration as it was (:meth:`GpuTimer.side_null`): the level beside a lone
-    reading. A side may slow its own null calls: the candidate's are used only by :func:`lone_level`, and
-    only downwards."""
+    calls, and leaves the calibration as it was (:meth:`GpuTimer.side_null`). With ``kernel`` each null
+    call launches one tiny kernel of ours: the path of a lone call (:meth:`Run.bind_before_load`)."""
     if isinstance(base, CpuTimer):
         return 0.0
     values = [(list(a), dict(k)) for a, k in sets]
     arena = run.arena(role, "in", transport.layout_bytes(values))
-    msg = {"op": "call", "null": True, "gated": True}
+    msg = {"op": "call", "null": True, "gated": True, "kernel": kernel}
     packed, write = transport.pack(values, arena)
     msg["calls"] = packed
     if draw is not None:

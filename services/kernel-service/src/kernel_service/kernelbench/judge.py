@@ -60,7 +60,6 @@ from ..judging.judging import (
     foreign,
     host_capped,
     lone_bound,
-    lone_level,
     lone_noise,
     lone_ratio,
     misplaced,
@@ -505,7 +504,7 @@ def _time(
     ref_raw: list[tuple[float, int]] = []
     ref_copy: list[float] = []
     ref_lone_raw: list[float] = []  # the reference's lone readings of the candidate's lone seeds
-    levels = [null_ms] + ([run.candidate_null_ms] if run.candidate_null_ms else [])  # trusted nulls
+    ref_levels: list[float] = []  # the path of a lone call through the reference's process
     mismatch: str | None = None
 
     def replay(chunk: list[tuple[int, Any]]) -> Call:
@@ -552,16 +551,18 @@ def _time(
             if mismatch is None:
                 mismatch = _mismatch(unwrap(run.call("reference", get_inputs(seed)).out), snap, atol, rtol)
     # the reference's lone readings, with a cached reference timing too (the candidate's floor needs the
-    # reference's ratio), each followed by null calls: the levels the lone readings are read against
+    # reference's ratio), each followed by the path of a lone call through the same process; each side's
+    # lone readings are read against its own process's (``Run.bind_before_load``)
     for seed, snap in lone_checked:
         timed = replay([(seed, snap)])
-        levels.append(calibrate(run, base, timers["reference"], [(get_inputs(warm_seed), {})], readings=2,
-                                probe=True))  # fmt: skip
+        ref_levels.append(calibrate(run, base, timers["reference"], [(get_inputs(warm_seed), {})],
+                                    readings=2, probe=True, kernel=True))  # fmt: skip
         if not timed.host_timed and timed.ms is not None:
             ref_lone_raw.append(timed.ms)
-    level = lone_level(levels)
-    lone_new = [ms - level for ms in lone_raw]
-    lone_ref = [ms - level for ms in ref_lone_raw]
+    ref_level = statistics.median(ref_levels) if ref_levels else null_ms
+    cand_level = run.candidate_level_ms or ref_level
+    lone_new = [ms - cand_level for ms in lone_raw]
+    lone_ref = [ms - ref_level for ms in ref_lone_raw]
     ref_pc = _per_call(ref_raw, null_ms)
     # the reference's own several-to-lone ratio, where its readings hold several calls (at one call a
     # reading there is none: a lone call of a far faster candidate then has nothing to be scaled by)
@@ -575,11 +576,10 @@ def _time(
         copy_info = {"reference_copy_us": round(ref_copy_ms * 1e3, 2), "copy_bound_readings": float(raised)}
     noise = lone_noise(lone_new, ratio, lone_ref)
     new_pc, lone_info = lone_bound(new_pc, lone_new, ratio, noise)
-    if run.candidate_null_ms is not None:
-        lone_info["candidate_null_us"] = round(run.candidate_null_ms * 1e3, 2)
-    if lone_checked:  # the level the lone readings are read against, and how far the trusted nulls spread
-        lone_info["lone_level_us"] = round(level * 1e3, 2)
-        lone_info["lone_level_range_us"] = round((max(levels) - level) * 1e3, 2)
+    if lone_checked:  # the levels each side's lone readings are read against, and how the reference's spread
+        lone_info["candidate_level_us"] = round(cand_level * 1e3, 2)
+        lone_info["reference_level_us"] = round(ref_level * 1e3, 2)
+        lone_info["reference_level_range_us"] = round((max(ref_levels) - min(ref_levels)) * 1e3, 2)
     if lone_ref:
         lone_info["reference_lone_us"] = round(statistics.median(lone_ref) * 1e3, 3)
         lone_info["reference_ratio"] = round(ratio, 4) if ratio is not None else -1.0
