@@ -559,8 +559,9 @@ def _time(
                                     readings=2, probe=True, kernel=True))  # fmt: skip
         if not timed.host_timed and timed.ms is not None:
             ref_lone_raw.append(timed.ms)
-    ref_level = statistics.median(ref_levels) if ref_levels else null_ms
-    cand_level = run.candidate_level_ms or ref_level
+    tick = base.tick_ms() if isinstance(base, GpuTimer) and ref_levels else 0.0  # the probe's own kernel
+    ref_level = statistics.median(ref_levels) - tick if ref_levels else null_ms
+    cand_level = run.candidate_level_ms - tick if run.candidate_level_ms else ref_level
     lone_new = [ms - cand_level for ms in lone_raw]
     lone_ref = [ms - ref_level for ms in ref_lone_raw]
     ref_pc = _per_call(ref_raw, null_ms)
@@ -580,6 +581,7 @@ def _time(
         lone_info["candidate_level_us"] = round(cand_level * 1e3, 2)
         lone_info["reference_level_us"] = round(ref_level * 1e3, 2)
         lone_info["reference_level_range_us"] = round((max(ref_levels) - min(ref_levels)) * 1e3, 2)
+        lone_info["level_probe_kernel_us"] = round(tick * 1e3, 2)
     if lone_ref:
         lone_info["reference_lone_us"] = round(statistics.median(lone_ref) * 1e3, 3)
         lone_info["reference_ratio"] = round(ratio, 4) if ratio is not None else -1.0
