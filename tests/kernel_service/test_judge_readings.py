@@ -24,6 +24,7 @@ from kernel_service.judging.judging import (
     copy_bound,
     host_capped,
     lone_bound,
+    lone_level,
     lone_noise,
     lone_ratio,
     unwrap,
@@ -253,10 +254,10 @@ def test_lone_calls_bound_the_candidates_per_call_time_by_the_references_ratio()
     assert lone_ratio([0.01], []) is None
 
 
-def test_each_sides_lone_calls_are_read_against_its_own_processs_lone_path() -> None:
+def test_each_sides_lone_calls_are_read_against_its_own_processs_level() -> None:
     """On one H100 the MLP's lone readings came to ~345 us raw in some processes and ~352 us in others
-    (the reference at 352 and a streams cheat at 344: 1.20x read against one level). Each side read
-    against its own process's lone path (null calls with one kernel) reads the same code alike."""
+    (the reference at 352 and a streams cheat at 344: 1.20x read against one level for both). Each side
+    read against its own process's level reads the same code alike."""
     ref_pc = 0.035  # the reference's per-call time in readings of several calls
     overlapped = [0.018] * 5  # the candidate's calls overlapped on streams
 
@@ -268,6 +269,30 @@ def test_each_sides_lone_calls_are_read_against_its_own_processs_lone_path() -> 
     assert gain(0.344, 0.2845, 0.352, 0.2845) > 1.15  # one level for both: the mode gap is the cheat's
     assert gain(0.344, 0.2845, 0.352, 0.2925) <= 1.1  # each its own: within the issue's 1.1x
     assert gain(0.344, 0.2845, 0.344, 0.2845) == pytest.approx(gain(0.344, 0.2925, 0.344, 0.2925))
+
+
+def test_lone_calls_are_read_against_their_own_process_level_capped_by_the_trusted_nulls() -> None:
+    """The candidate's null calls after its lone ones decide the level only downwards: slowing them (to
+    have more subtracted from its lone calls) is capped by the trusted nulls; a null read low only
+    raises the candidate's own floor."""
+    assert lone_level(0.291, 0.283, 0.0) == 0.291  # no null calls beside the lone ones: the higher trusted
+    assert lone_level(0.291, 0.283, 0.284) == 0.284  # the process sits at the lower level now
+    assert lone_level(0.291, 0.283, 0.900) == 0.291  # slowed null calls gain nothing past the cap
+    assert lone_level(0.291, None, 0.295) == 0.291
+    null = 0.291
+    lone_raw = [null - 0.007 + 0.035] * 10  # lone calls of ~35 us at a level 7 us under the reference's
+    honest = [0.035] * 5
+    batched = [0.004] * 5
+    ratio = 1.0
+
+    def read(beside: float) -> list[float]:
+        return [ms - lone_level(null, 0.283, beside) for ms in lone_raw]
+
+    capped, _ = lone_bound(batched, read(0.0), ratio)
+    own, _ = lone_bound(batched, read(null - 0.007), ratio)
+    assert 0.035 / capped[0] > 1.2  # read against the higher level, batching would gain over 1.2x
+    assert 0.035 / own[0] <= 1.1  # against its own level, within the issue's 1.1x
+    assert lone_bound(honest, read(null - 0.007), ratio)[0] == honest
 
 
 def test_the_lone_floor_allows_for_its_own_error_but_no_more_than_its_cap() -> None:

@@ -306,26 +306,6 @@ class GpuTimer:
         self.prep: dict[str, list[float]] = {}
         #: Under MPS, each role's counters for hops through stream memory operations (``cuda_ipc.Hop``).
         self.hops: dict[str, cuda_ipc.Hop] = {}
-        self._tick_ms: float | None = None
-
-    def tick_ms(self) -> float:
-        """The GPU time (ms) of the one-element add that a lone call's path probe launches in a side
-        (``judging.calibrate`` with ``kernel``), timed here, each behind a spin so that the host's launch
-        is not in it: taken off the probe's level, which is then the path's own. Measured once a judge."""
-        if self._tick_ms is None:
-            with torch.cuda.device(self.device):
-                tick = torch.zeros(1, device=self.device)
-                times = []
-                for _ in range(NULL_CALLS):
-                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    torch.cuda._sleep(200_000)  # ~0.1 ms: the add and the end queue before the start runs
-                    start.record()
-                    tick.add_(1)
-                    end.record()
-                    end.synchronize()
-                    times.append(float(start.elapsed_time(end)))
-            self._tick_ms = statistics.median(times)
-        return self._tick_ms
 
     def start_job(self) -> None:
         """Each job starts from the initial gate: one slow reply (a first launch, a pause of the host)

@@ -60,6 +60,7 @@ from ..judging.judging import (
     foreign,
     host_capped,
     lone_bound,
+    lone_level,
     lone_noise,
     lone_ratio,
     misplaced,
@@ -430,6 +431,12 @@ def _time(
             return run.calls(role, sets(seeds), timers[role])
         return run.drawn(role, partial(sets, seeds), len(seeds), nbytes * len(seeds), timers[role])
 
+    def level(role: str) -> float:
+        """The path's level through ``role``'s process right after a lone reading (two null calls)."""
+        return calibrate(
+            run, base, timers[role], [(get_inputs(warm_seed), {})], role=role, readings=2, probe=True
+        )
+
     def warm(role: str, calls: int) -> tuple[list[float], list[float]]:
         """Warm-up readings of ``calls`` calls on one set of inputs: their times (ms) and host round
         trips (us)."""
@@ -482,7 +489,7 @@ def _time(
         if precise(_per_call(new_raw, base.null_ms), 0.0, rel):
             break
     lone_checked: list[tuple[int, Any]] = []  # lone readings' (seed, output), replayed lone by the reference
-    lone_raw: list[float] = []  # the lone readings kept (ms, the path's cost in them)
+    lone_pairs: list[tuple[float, float]] = []  # (lone reading, the path's level beside it) of each kept
     if gpu and max(m, n) > 1:
         for k in range(LONE_READINGS):
             seed = fresh_seed()
@@ -490,8 +497,9 @@ def _time(
             if why := foreign(timed.out) or misplaced(timed, device):
                 raise Incorrect(f"lone reading {k + 1}: {why}")
             lone_checked.append((seed, timed.out[0]))
+            beside = level("candidate")
             if not timed.host_timed and timed.ms is not None:
-                lone_raw.append(timed.ms)
+                lone_pairs.append((timed.ms, beside))
     run.end_candidate()
 
     # the null calls draw a candidate's reading of inputs: their preparation is its baseline
@@ -503,8 +511,8 @@ def _time(
         raise HarnessError(Outcome.EXECUTION_FAILURE, str(exc)) from exc
     ref_raw: list[tuple[float, int]] = []
     ref_copy: list[float] = []
-    ref_lone_raw: list[float] = []  # the reference's lone readings of the candidate's lone seeds
-    ref_levels: list[float] = []  # the path of a lone call through the reference's process
+    lone_ref: list[float] = []  # the reference's lone readings of the candidate's seeds, less their level
+    ref_levels: list[float] = []
     mismatch: str | None = None
 
     def replay(chunk: list[tuple[int, Any]]) -> Call:
@@ -551,19 +559,13 @@ def _time(
             if mismatch is None:
                 mismatch = _mismatch(unwrap(run.call("reference", get_inputs(seed)).out), snap, atol, rtol)
     # the reference's lone readings, with a cached reference timing too (the candidate's floor needs the
-    # reference's ratio), each followed by the path of a lone call through the same process; each side's
-    # lone readings are read against its own process's (``Run.bind_before_load``)
+    # reference's ratio), each read against the level beside it as the candidate's are
     for seed, snap in lone_checked:
         timed = replay([(seed, snap)])
-        ref_levels.append(calibrate(run, base, timers["reference"], [(get_inputs(warm_seed), {})],
-                                    readings=2, probe=True, kernel=True))  # fmt: skip
+        ref_levels.append(level("reference"))
         if not timed.host_timed and timed.ms is not None:
-            ref_lone_raw.append(timed.ms)
-    tick = base.tick_ms() if isinstance(base, GpuTimer) and ref_levels else 0.0  # the probe's own kernel
-    ref_level = statistics.median(ref_levels) - tick if ref_levels else null_ms
-    cand_level = run.candidate_level_ms - tick if run.candidate_level_ms else ref_level
-    lone_new = [ms - cand_level for ms in lone_raw]
-    lone_ref = [ms - ref_level for ms in ref_lone_raw]
+            lone_ref.append(timed.ms - ref_levels[-1])
+    lone_new = [ms - lone_level(null_ms, run.candidate_null_ms, beside) for ms, beside in lone_pairs]
     ref_pc = _per_call(ref_raw, null_ms)
     # the reference's own several-to-lone ratio, where its readings hold several calls (at one call a
     # reading there is none: a lone call of a far faster candidate then has nothing to be scaled by)
@@ -577,11 +579,13 @@ def _time(
         copy_info = {"reference_copy_us": round(ref_copy_ms * 1e3, 2), "copy_bound_readings": float(raised)}
     noise = lone_noise(lone_new, ratio, lone_ref)
     new_pc, lone_info = lone_bound(new_pc, lone_new, ratio, noise)
-    if lone_checked:  # the levels each side's lone readings are read against, and how the reference's spread
-        lone_info["candidate_level_us"] = round(cand_level * 1e3, 2)
-        lone_info["reference_level_us"] = round(ref_level * 1e3, 2)
-        lone_info["reference_level_range_us"] = round((max(ref_levels) - min(ref_levels)) * 1e3, 2)
-        lone_info["level_probe_kernel_us"] = round(tick * 1e3, 2)
+    if run.candidate_null_ms is not None:
+        lone_info["candidate_null_us"] = round(run.candidate_null_ms * 1e3, 2)
+    if lone_pairs and ref_levels:  # the levels beside each side's lone readings: median, range
+        sides = {"candidate": [b for _, b in lone_pairs], "reference": ref_levels}
+        for role, beside_ms in sides.items():
+            lone_info[f"{role}_lone_null_us"] = round(statistics.median(beside_ms) * 1e3, 2)
+            lone_info[f"{role}_lone_null_range_us"] = round((max(beside_ms) - min(beside_ms)) * 1e3, 2)
     if lone_ref:
         lone_info["reference_lone_us"] = round(statistics.median(lone_ref) * 1e3, 3)
         lone_info["reference_ratio"] = round(ratio, 4) if ratio is not None else -1.0

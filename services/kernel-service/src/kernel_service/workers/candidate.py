@@ -57,7 +57,6 @@ class Side:
         self._mapped: dict[str, Any] = {}  # the judge's arenas mapped here, by "in" / "out"
         self.go: torch.cuda.Event | None = None
         self.done: torch.cuda.Event | None = None
-        self._tick: torch.Tensor | None = None  # what a null call's one kernel writes
         self.hop: int | None = None  # under MPS: the judge's counters (``cuda_ipc.Hop``), mapped here
         self._hops: dict[str, int] = {}
         self.loaded: dict[str, Any] = {}  # the model's source, class, init inputs, seed, precision
@@ -220,11 +219,7 @@ class Side:
         without a host sync (the judge times on the GPU); otherwise synchronise before answering."""
         self._keep = [k for k in self._keep if not isinstance(k, _Outputs)]
         if msg.get("null"):  # the judge measuring its own path: wait on go, mark done, nothing else
-            if msg.get("kernel") and self._tick is None:
-                self._tick = torch.zeros(1, device=self.device)
             self._go(msg)
-            if self._tick is not None and msg.get("kernel"):  # ... but one tiny kernel: a lone call's path
-                self._tick.add_(1)
             self._done(msg)
             return {"ok": True, "out": {"k": "scalar", "v": None}}
         fn = self._op(msg["overload"]) if msg.get("overload") else self.fn
