@@ -666,9 +666,8 @@ def lone_bound(
     """The candidate's per-call times (from readings of several calls), raised where needed so that their
     median is not below its lone calls' (``lone``: each less the path's level beside it, :func:`lone_level`)
     times ``ratio`` (the same relation measured on the trusted reference side: :func:`lone_ratio`), less
-    ``LONE_REL``, ``LONE_ABS_MS``
-    and ``LONE_NOISE_Z`` times ``noise_ms`` (the floor's standard error: :func:`lone_noise`), at most
-    ``LONE_NOISE_CAP_MS``.
+    ``LONE_REL``, ``LONE_ABS_MS`` and ``LONE_NOISE_Z`` times ``noise_ms`` (the floor's standard error:
+    :func:`lone_noise`), at most ``LONE_NOISE_CAP_MS``.
 
     Why: the calls of one reading are written before it starts and run by the side's own loop, so a side
     can overlap them on streams, batch them into one call or find them in its frames; a lone call allows
