@@ -431,11 +431,10 @@ def _time(
             return run.calls(role, sets(seeds), timers[role])
         return run.drawn(role, partial(sets, seeds), len(seeds), nbytes * len(seeds), timers[role])
 
-    def level(role: str) -> float:
-        """The path's level through ``role``'s process right after a lone reading (two null calls)."""
-        return calibrate(
-            run, base, timers[role], [(get_inputs(warm_seed), {})], role=role, readings=2, probe=True
-        )
+    def level(role: str, null_set: list[tuple[list[Any], dict[str, Any]]]) -> float:
+        """The path's level through ``role``'s process right after a lone reading (two null calls with
+        ``null_set`` written, made once for all of a side's lone readings)."""
+        return calibrate(run, base, timers[role], null_set, role=role, readings=2, probe=True)
 
     def warm(role: str, calls: int) -> tuple[list[float], list[float]]:
         """Warm-up readings of ``calls`` calls on one set of inputs: their times (ms) and host round
@@ -491,15 +490,17 @@ def _time(
     lone_checked: list[tuple[int, Any]] = []  # lone readings' (seed, output), replayed lone by the reference
     lone_pairs: list[tuple[float, float]] = []  # (lone reading, the path's level beside it) of each kept
     if gpu and max(m, n) > 1:
+        null_set: list[tuple[list[Any], dict[str, Any]]] = [(get_inputs(warm_seed), {})]
         for k in range(LONE_READINGS):
             seed = fresh_seed()
             timed = reading("candidate", [seed])
             if why := foreign(timed.out) or misplaced(timed, device):
                 raise Incorrect(f"lone reading {k + 1}: {why}")
             lone_checked.append((seed, timed.out[0]))
-            beside = level("candidate")
+            beside = level("candidate", null_set)
             if not timed.host_timed and timed.ms is not None:
                 lone_pairs.append((timed.ms, beside))
+        del null_set  # a problem's inputs may take gigabytes
     run.end_candidate()
 
     # the null calls draw a candidate's reading of inputs: their preparation is its baseline
@@ -560,11 +561,13 @@ def _time(
                 mismatch = _mismatch(unwrap(run.call("reference", get_inputs(seed)).out), snap, atol, rtol)
     # the reference's lone readings, with a cached reference timing too (the candidate's floor needs the
     # reference's ratio), each read against the level beside it as the candidate's are
+    null_set = [(get_inputs(warm_seed), {})] if lone_checked else []
     for seed, snap in lone_checked:
         timed = replay([(seed, snap)])
-        ref_levels.append(level("reference"))
+        ref_levels.append(level("reference", null_set))
         if not timed.host_timed and timed.ms is not None:
             lone_ref.append(timed.ms - ref_levels[-1])
+    del null_set
     lone_new = [ms - lone_level(null_ms, run.candidate_null_ms, beside) for ms, beside in lone_pairs]
     ref_pc = _per_call(ref_raw, null_ms)
     # the reference's own several-to-lone ratio, where its readings hold several calls (at one call a
