@@ -26,8 +26,9 @@ written (bench/include_probe.py). A source that uses what only the full C++ API 
 from ATen's only in honouring ``requires_grad``; so does host code that uses tensor operators, after the
 lightest variant failed (:func:`light_sources`). On an idle compile pool, the service builds the
 lightest variant and the as-written source at once and judges the light one when it builds, else the
-one as written (whose build was already running: a failed light build costs no second wait). ``main.cpp`` keeps the full include (``load_inline``
-prepends it), so bindings are unaffected; only ``.cu`` files get lighter.
+one as written (whose build was already running: a failed light build costs no second wait).
+``main.cpp`` keeps the full include (``load_inline`` prepends it), so bindings are unaffected; only
+``.cu`` files get lighter.
 """
 
 from __future__ import annotations
@@ -280,14 +281,15 @@ async def race_light_build(service: Any, request: Any, base: dict[str, Any]) -> 
     source as written start at once; the light one is taken when it builds, else the build as written,
     whose result is awaited, never restarted. After a light win, the as-written build runs on in the
     background (``service._background``: a started build stops only at its end) and fills its cache entry:
-    the slot is the price of not waiting twice. On a pool already in use (a batch), the light variants build one after another, lightest first, and the source as
-    written only if all fail: racing would double every solution's nvcc work while other solutions wait
-    for workers. Measured on the H200 host (BENCHMARKS.md, issue 34): with racing whenever two workers
-    were free, the first eight solutions of a 25-solution batch raced, and their as-written builds ran on
-    for a minute after the light ones won, holding half the pool: the batch read 7.78 evaluations/min
-    against 9.20 on the older, slower light include. A source that builds light but
-    not as written (a name clash with the headers the light include leaves out) would be judged on the
-    light build: the one way verdicts could differ, and why this is an option, off by default.
+    the slot is the price of not waiting twice. On a pool already in use (a batch), the light variants
+    build one after another, lightest first, and the source as written only if all fail: racing would
+    double every solution's nvcc work while other solutions wait for workers. Measured on the H200 host
+    (BENCHMARKS.md, issue 34): with racing whenever two workers were free, the first eight solutions of a
+    25-solution batch raced, and their as-written builds ran on for a minute after the light ones won,
+    holding half the pool: the batch read 7.78 evaluations/min against 9.20 on the older, slower light
+    include. A source that builds light but not as written (a name clash with the headers the light
+    include leaves out) would be judged on the light build: the one way verdicts could differ, and why
+    this is an option, off by default.
     """
     variants = light_sources(request.solution)
     if not variants:
