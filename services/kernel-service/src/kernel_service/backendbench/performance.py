@@ -16,7 +16,7 @@ from functools import partial
 from typing import Any
 
 from ..judging.harness import HarnessError, fresh_seed, seed_all
-from ..judging.judging import Call, Run, calibrate, copy_bound, net, reading_count, reading_size
+from ..judging.judging import Call, calibrate, copy_bound, net, own_level, reading_count, reading_size
 from ..judging.schemas import Outcome
 from ..judging.timing import CpuTimer, GpuTimer, PrepError, Timer, under_mps
 from .compare import compare
@@ -84,12 +84,17 @@ def time_cases(
     pairs = opts.perf_processes or (PERF_PROCESSES if run.device.type == "cuda" else 1)
     sizes: list[int] | None = None
     blocks: list[Block] = []
+    mps = run.device.type == "cuda" and under_mps()
     for p in range(pairs):
-        if p:  # a fresh pair: the kernel imported anew, the op in a new reference process
+        # a fresh pair: the kernel imported anew, the op in a new reference process; under MPS the first
+        # pair too, the candidate's level measured before its kernel is imported (``judging.own_level``)
+        if p or mps:
             sides.start("reference", "candidate")
+            if mps:
+                run.bind_before_load()
             if (failed := load_kernel(sides, prep.req, prep.base)) is not None:
                 raise HarnessError(Outcome.EXECUTION_FAILURE, failed.feedback)
-        block, sizes = _time_block(run, prep, cases, sizes, pairs)
+        block, sizes = _time_block(sides, prep, cases, sizes, pairs)
         blocks.append(block)
     bad = {j: why for b in reversed(blocks) for j, why in b.bad.items()}
     for j, result in enumerate(results):
@@ -134,17 +139,19 @@ def _spread(blocks: list[Block]) -> dict[str, float]:
 
 
 def _time_block(
-    run: Run, prep: Prepared, cases: list[Case], sizes: list[int] | None, share: int
+    sides: Sides, prep: Prepared, cases: list[Case], sizes: list[int] | None, share: int
 ) -> tuple[Block, list[int]]:
     """One pair's readings: ``1/share`` of each input's, the candidate's first (its process then killed),
     then the op's. ``sizes``: the calls a reading of each input holds (None: chosen now, from the op)."""
-    opts = prep.req.options
+    run, opts = sides.run, prep.req.options
     base: GpuTimer | CpuTimer = run.judge.gpu_timer(run.device) if run.device.type == "cuda" else CpuTimer()
-    if isinstance(base, GpuTimer):  # each pair from the initial gate, as each KernelBench job
+    mps = isinstance(base, GpuTimer) and under_mps()
+    if isinstance(base, GpuTimer) and not mps:  # each pair from the initial gate, as each KernelBench job
         base.start_job()
-    timers: dict[str, Timer] = {
+    # under MPS the pair was bound before the kernel was imported (``time_cases``)
+    timers: dict[str, Timer] = run.timers if mps else {
         role: base.bind(role, partial(run.ask, role)) for role in ("candidate", "reference")
-    }
+    }  # fmt: skip
     where = [next(k for k, p in enumerate(prep.perf) if p is c) for c in cases]
     op = [{"overload": str(case.overload)} for case in cases]
     if sizes is None:
@@ -187,6 +194,10 @@ def _time_block(
             kernel_raw[j].append(call.ms)
             copies["candidate"][j].append(call.copy_ms)
             outs[j].append(call.out)
+    after_ms = 0.0  # under MPS: the path's level through the candidate's process after its readings
+    if mps:
+        after_ms = calibrate(run, base, timers["candidate"], [(list(cases[0].args), cases[0].kwargs)],
+                             role="candidate")  # fmt: skip
     run.end_candidate()
     null_ms = calibrate(run, base, timers["reference"], [(list(cases[0].args), cases[0].kwargs)])
     ref_raw: list[list[float]] = [[] for _ in cases]
@@ -204,13 +215,14 @@ def _time_block(
                     if mismatch is not None:
                         bad[j] = f"timed call {i * sizes[j] + m + 1}: {mismatch.message}"
     ref = [net(ref_raw[j], null_ms, sizes[j]) for j in range(len(cases))]
-    kernel = [net(kernel_raw[j], null_ms, sizes[j]) for j in range(len(cases))]
+    kernel_null = own_level(run.candidate_null_ms, after_ms, null_ms) if mps else null_ms
+    kernel = [net(kernel_raw[j], kernel_null, sizes[j]) for j in range(len(cases))]
     raised = 0
-    if isinstance(base, GpuTimer) and under_mps():  # work outliving *done* (``judging.copy_bound``)
+    if mps:  # work outliving *done* (``judging.copy_bound``)
         for j in range(len(cases)):
             copied = [ms + c for ms, c in zip(kernel_raw[j], copies["candidate"][j], strict=True)]
             ref_copy = statistics.median(copies["reference"][j]) if copies["reference"][j] else 0.0
-            kernel[j], k = copy_bound(kernel[j], net(copied, null_ms, sizes[j]), ref_copy)
+            kernel[j], k = copy_bound(kernel[j], net(copied, kernel_null, sizes[j]), ref_copy)
             raised += k
     try:
         base.check("reference")
@@ -221,5 +233,6 @@ def _time_block(
         gate = {**base.report(), "calls_per_reading": float(max(sizes)),
                 "host_timed_readings": float(host_timed["candidate"]),
                 "host_timed_reference_readings": float(host_timed["reference"]),
-                "copy_bound_readings": float(raised)}  # fmt: skip
+                "copy_bound_readings": float(raised),
+                **({"candidate_level_us": round(kernel_null * 1e3, 2)} if mps else {})}  # fmt: skip
     return Block(kernel, ref, bad, gate), sizes

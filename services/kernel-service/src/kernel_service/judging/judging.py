@@ -660,6 +660,22 @@ def lone_level(reference_null_ms: float, before_load_ms: float | None, beside_ms
     return min(trusted, beside_ms) if beside_ms > 0 else trusted
 
 
+def own_level(before_load_ms: float | None, after_ms: float, reference_null_ms: float) -> float:
+    """Under MPS: the path's level (ms) that the candidate's readings, one call each, are read against: the
+    lower of its own process's null calls before its code was loaded (``before_load_ms``) and after its
+    readings (``after_ms``); without a level from before the load, the lower of the reference's and the
+    level after.
+
+    Why: under MPS the hop sits at one of two levels per side process (6.5-6.7 or 10.6-11.1 us on the
+    H100), and a reading of one 6-60 us call is mostly the hop: read against the reference's level, the
+    honest 4-layer MLP read 1.16x where its process sat at the lower level and 0.86-0.92x where the
+    reference's did, and a BackendBench relu against itself 0.72x. The submission cannot reach the level
+    from before its load; it can only lower the one after it (a *done* written before *go*), which raises
+    its own time, and the lower of the two ignores it made slower."""
+    trusted = reference_null_ms if before_load_ms is None else before_load_ms
+    return min(trusted, after_ms) if after_ms > 0 else trusted
+
+
 def lone_bound(
     per_call: list[float], lone: list[float], ratio: float | None, noise_ms: float = 0.0
 ) -> tuple[list[float], dict[str, float]]:

@@ -65,6 +65,7 @@ from ..judging.judging import (
     lone_ratio,
     misplaced,
     net,
+    own_level,
     precise,
     reading_count,
     reading_size,
@@ -501,6 +502,9 @@ def _time(
             if not timed.host_timed and timed.ms is not None:
                 lone_pairs.append((timed.ms, beside))
         del null_set  # a problem's inputs may take gigabytes
+    after_ms = 0.0  # under MPS: the path's level through the candidate's process after its readings
+    if gpu and under_mps():
+        after_ms = calibrate(run, base, timers["candidate"], [(get_inputs(warm_seed), {})], role="candidate")
     run.end_candidate()
 
     # the null calls draw a candidate's reading of inputs: their preparation is its baseline
@@ -573,13 +577,17 @@ def _time(
     # the reference's own several-to-lone ratio, where its readings hold several calls (at one call a
     # reading there is none: a lone call of a far faster candidate then has nothing to be scaled by)
     ratio = lone_ratio(ref_pc or ([cached.median] if cached else []), lone_ref) if n > 1 else None
-    new_pc = _per_call(new_raw, null_ms)
+    # under MPS each side's calls are read against its own process's level (``own_level``)
+    new_null = own_level(run.candidate_null_ms, after_ms, null_ms) if gpu and under_mps() else null_ms
+    new_pc = _per_call(new_raw, new_null)
     copy_info: dict[str, float] = {}
     if gpu and under_mps() and ref_copy:
         ref_copy_ms = statistics.median(ref_copy)
-        copied = _per_call([(ms + c, k) for (ms, k), c in zip(new_raw, new_copy, strict=True)], null_ms)
+        copied = _per_call([(ms + c, k) for (ms, k), c in zip(new_raw, new_copy, strict=True)], new_null)
         new_pc, raised = copy_bound(new_pc, copied, ref_copy_ms)
-        copy_info = {"reference_copy_us": round(ref_copy_ms * 1e3, 2), "copy_bound_readings": float(raised)}
+        copy_info = {"reference_copy_us": round(ref_copy_ms * 1e3, 2), "copy_bound_readings": float(raised),
+                     "candidate_after_null_us": round(after_ms * 1e3, 2),
+                     "candidate_level_us": round(new_null * 1e3, 2)}  # fmt: skip
     noise = lone_noise(lone_new, ratio, lone_ref)
     new_pc, lone_info = lone_bound(new_pc, lone_new, ratio, noise)
     if run.candidate_null_ms is not None:
