@@ -277,14 +277,13 @@ def test_under_mps_the_candidate_is_read_against_its_own_process_level() -> None
     """Under MPS the hop sits at ~6.6 or ~10.9 us by process: a 57 us call read against the other
     process's level is off by 8%. The level from before the submission loaded bounds the one after it,
     which the submission can only lower (raising its own time)."""
-    assert own_level(0.0066, 0.0067, 0.0109) == 0.0066  # its own level, not the reference's
-    assert own_level(0.0109, 0.0108, 0.0066) == 0.0108
-    assert own_level(0.0066, 0.0500, 0.0109) == 0.0066  # slowed null calls after the load gain nothing
-    assert own_level(0.0109, 0.0010, 0.0066) == 0.0010  # a done before go only lowers it
-    assert own_level(None, 0.0109, 0.0066) == 0.0066  # no level from before the load: the trusted one caps
-    assert own_level(0.0066, 0.0, 0.0109) == 0.0066  # no null calls after: the level from before
+    assert own_level(0.0066, 0.0067) == 0.0066  # its own level, not the reference's
+    assert own_level(0.0109, 0.0108) == 0.0108
+    assert own_level(0.0066, 0.0500) == 0.0066  # slowed null calls after the load gain nothing
+    assert own_level(0.0109, 0.0010) == 0.0010  # a done before go only lowers it
+    assert own_level(0.0066, 0.0) == 0.0066  # no null calls after: the level from before
     raw = 0.057 + 0.0066  # a 57 us call through a process at the lower level
-    assert net([raw], own_level(0.0066, 0.0066, 0.0109))[0] == pytest.approx(0.057)
+    assert net([raw], own_level(0.0066, 0.0066))[0] == pytest.approx(0.057)
     assert net([raw], 0.0109)[0] < 0.057 * 0.93  # against the reference's level: 8% faster than it is
 
 

@@ -194,11 +194,16 @@ def _time_block(
             kernel_raw[j].append(call.ms)
             copies["candidate"][j].append(call.copy_ms)
             outs[j].append(call.out)
-    after_ms = 0.0  # under MPS: the path's level through the candidate's process after its readings
-    if mps:
+    kernel_null: float | None = None  # under MPS: the candidate's own level, its calls read against it
+    mode_info: dict[str, float] = {}
+    if mps and run.candidate_null_ms is not None:
         after_ms = calibrate(run, base, timers["candidate"], [(list(cases[0].args), cases[0].kwargs)],
                              role="candidate")  # fmt: skip
+        kernel_null = own_level(run.candidate_null_ms, after_ms)
     run.end_candidate()
+    if kernel_null is not None:  # the op timed in a process at the candidate's level
+        setup = {"op": "setup", "device": str(run.device), "build_dir": sides.build_dir}
+        mode_info = run.reference_at(kernel_null, sides.build_dir, setup)
     null_ms = calibrate(run, base, timers["reference"], [(list(cases[0].args), cases[0].kwargs)])
     ref_raw: list[list[float]] = [[] for _ in cases]
     bad: dict[int, str] = {}
@@ -215,7 +220,7 @@ def _time_block(
                     if mismatch is not None:
                         bad[j] = f"timed call {i * sizes[j] + m + 1}: {mismatch.message}"
     ref = [net(ref_raw[j], null_ms, sizes[j]) for j in range(len(cases))]
-    kernel_null = own_level(run.candidate_null_ms, after_ms, null_ms) if mps else null_ms
+    kernel_null = null_ms if kernel_null is None else kernel_null
     kernel = [net(kernel_raw[j], kernel_null, sizes[j]) for j in range(len(cases))]
     raised = 0
     if mps:  # work outliving *done* (``judging.copy_bound``)
@@ -234,5 +239,5 @@ def _time_block(
                 "host_timed_readings": float(host_timed["candidate"]),
                 "host_timed_reference_readings": float(host_timed["reference"]),
                 "copy_bound_readings": float(raised),
-                **({"candidate_level_us": round(kernel_null * 1e3, 2)} if mps else {})}  # fmt: skip
+                **({"candidate_level_us": round(kernel_null * 1e3, 2), **mode_info} if mps else {})}  # fmt: skip
     return Block(kernel, ref, bad, gate), sizes

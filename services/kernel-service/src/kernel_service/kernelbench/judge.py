@@ -506,6 +506,14 @@ def _time(
     if gpu and under_mps():
         after_ms = calibrate(run, base, timers["candidate"], [(get_inputs(warm_seed), {})], role="candidate")
     run.end_candidate()
+    new_level: float | None = None  # under MPS: the candidate's own level, its calls read against it
+    mode_info: dict[str, float] = {}
+    if gpu and under_mps() and run.candidate_null_ms is not None:
+        new_level = own_level(run.candidate_null_ms, after_ms)
+        spawn = run.spawn  # the reference timed in a process at the candidate's level
+        mode_info = run.reference_at(
+            new_level, spawn["build_dir"], spawn["setup"], spawn["load"]["reference"]
+        )
 
     # the null calls draw a candidate's reading of inputs: their preparation is its baseline
     null_ms = calibrate(run, base, timers["reference"], [(get_inputs(warm_seed), {})] * m,
@@ -577,8 +585,7 @@ def _time(
     # the reference's own several-to-lone ratio, where its readings hold several calls (at one call a
     # reading there is none: a lone call of a far faster candidate then has nothing to be scaled by)
     ratio = lone_ratio(ref_pc or ([cached.median] if cached else []), lone_ref) if n > 1 else None
-    # under MPS each side's calls are read against its own process's level (``own_level``)
-    new_null = own_level(run.candidate_null_ms, after_ms, null_ms) if gpu and under_mps() else null_ms
+    new_null = null_ms if new_level is None else new_level
     new_pc = _per_call(new_raw, new_null)
     copy_info: dict[str, float] = {}
     if gpu and under_mps() and ref_copy:
@@ -587,7 +594,7 @@ def _time(
         new_pc, raised = copy_bound(new_pc, copied, ref_copy_ms)
         copy_info = {"reference_copy_us": round(ref_copy_ms * 1e3, 2), "copy_bound_readings": float(raised),
                      "candidate_after_null_us": round(after_ms * 1e3, 2),
-                     "candidate_level_us": round(new_null * 1e3, 2)}  # fmt: skip
+                     "candidate_level_us": round(new_null * 1e3, 2), **mode_info}  # fmt: skip
     noise = lone_noise(lone_new, ratio, lone_ref)
     new_pc, lone_info = lone_bound(new_pc, lone_new, ratio, noise)
     if run.candidate_null_ms is not None:
