@@ -205,3 +205,19 @@ def test_fast_comparison_in_chunks_finds_an_error_in_the_last_chunk(monkeypatch:
     assert not res.ok and "1 of 10500 elements" in res.message
     strided = torch.randn(200, 300).t()  # not contiguous: compared as the same logical elements
     assert cmp_mod.compare_outputs(strided, strided.contiguous(), 1e-4, 1e-4).ok
+
+
+def test_the_mps_setting_comes_from_ks_mps_where_the_config_names_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The runners embed the service with a default config: ``KS_MPS`` is how their users turn MPS on."""
+    from kernel_service.service import KernelServiceConfig
+
+    monkeypatch.delenv("KS_MPS", raising=False)
+    assert KernelServiceConfig().mps == "off"
+    monkeypatch.setenv("KS_MPS", "on")
+    assert KernelServiceConfig().mps == "on"
+    assert KernelServiceConfig(mps="off").mps == "off"
+    monkeypatch.setenv("KS_MPS", "sometimes")
+    with pytest.raises(ValueError, match="KS_MPS: expected auto, on or off; got 'sometimes'"):
+        KernelServiceConfig()

@@ -70,6 +70,18 @@ PHASE_OUTCOME: dict[str, Outcome] = {
     "timing": Outcome.EXECUTION_FAILURE,
 }
 __all__ = ["BUILT_MARKER", "BuildCache", "KernelService", "KernelServiceConfig", "RefTimingCache"]
+#: The service's MPS setting where a config names none: the embedded services of the runners read it.
+MPS_ENV = "KS_MPS"
+
+
+def mps_from_env() -> Literal["auto", "on", "off"]:
+    """``KS_MPS`` (auto, on or off; off when unset)."""
+    value = os.environ.get(MPS_ENV, "off").strip().lower()
+    if value == "auto" or value == "on" or value == "off":
+        return value
+    raise ValueError(f"{MPS_ENV}: expected auto, on or off; got {value!r}")
+
+
 #: Bump when the timing method changes: cached reference timings of another method are not comparable.
 TIMING_VERSION = "1"
 
@@ -111,10 +123,11 @@ class KernelServiceConfig:
     max_jobs_per_worker: int = 50
     fsize_bytes: int = 1 << 30
     nproc: int | None = None
-    #: NVIDIA MPS for the eval workers' GPUs (see ``mps.py``: off by default, because under MPS honest short
-    #: kernels read with a spread of +-15-25% between jobs on the H100, and one client's fatal fault ends the
-    #: judge's context too). "auto": when there are GPUs and the control tool exists.
-    mps: Literal["auto", "on", "off"] = "off"
+    #: NVIDIA MPS for the eval workers' GPUs ("auto": when there are GPUs and the control tool exists;
+    #: unset: ``KS_MPS``, else off). Under MPS a reading is one call: a reading's calls cannot be overlapped,
+    #: batched or shared, and each starts from a flushed L2 (``mps.py`` says what it costs: one client's
+    #: fatal fault ends the judge's context too).
+    mps: Literal["auto", "on", "off"] = field(default_factory=mps_from_env)
 
 
 class RefTimingCache:
