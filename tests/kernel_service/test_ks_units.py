@@ -221,3 +221,32 @@ def test_the_mps_setting_comes_from_ks_mps_where_the_config_names_none(
     monkeypatch.setenv("KS_MPS", "sometimes")
     with pytest.raises(ValueError, match="KS_MPS: expected auto, on or off; got 'sometimes'"):
         KernelServiceConfig()
+
+
+def test_under_mps_a_failed_judge_context_is_charged_to_the_phase(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under MPS a side's fatal GPU fault ends the judge's context too: the worker marks the judge's CUDA
+    error a ``gpu_fault``, which the service charges as a crash in the job's phase (an out-of-bounds
+    kernel is ``execution_failure``, not ``sandbox_error``); without MPS it stays the harness's error.
+    (The GPU test ``test_gpu_kernels_outcomes_and_recovery`` under ``KS_MPS=on`` causes it for real.)"""
+    from kernel_service.kernelbench.schemas import KernelEvalRequest
+    from kernel_service.service import KernelService, KernelServiceConfig
+    from kernel_service.workers.pool import Reply
+    from kernel_service.workers.worker import _shared_context_fault
+
+    fault = RuntimeError("CUDA error: an illegal memory access was encountered")
+    monkeypatch.delenv("CUDA_MPS_PIPE_DIRECTORY", raising=False)
+    assert not _shared_context_fault(fault)
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", "/tmp/mps-pipe")
+    assert _shared_context_fault(fault)
+    assert not _shared_context_fault(ValueError("a bad value"))
+
+    service = KernelService(KernelServiceConfig(gpus=[]))
+    request = KernelEvalRequest(reference=S.REF_ADD, solution=S.SOL_ADD_OK)
+    base: dict[str, object] = {}
+    reply = Reply(
+        result=None, failure="gpu_fault", message="the GPU context failed under MPS", phase="correctness"
+    )
+    got = service._response_from(reply, base, request)
+    assert got.outcome == Outcome.EXECUTION_FAILURE and "during correctness; worker replaced" in got.message
+    protocol = Reply(result=None, failure="protocol", message="worker error: boom", phase="correctness")
+    assert service._response_from(protocol, base, request).outcome == Outcome.SANDBOX_ERROR

@@ -77,8 +77,9 @@ MPS_ENV = "KS_MPS"
 def mps_from_env() -> Literal["auto", "on", "off"]:
     """``KS_MPS`` (auto, on or off; off when unset)."""
     value = os.environ.get(MPS_ENV, "off").strip().lower()
-    if value == "auto" or value == "on" or value == "off":
-        return value
+    for setting in ("auto", "on", "off"):
+        if value == setting:
+            return setting
     raise ValueError(f"{MPS_ENV}: expected auto, on or off; got {value!r}")
 
 
@@ -692,7 +693,7 @@ class KernelService(BenchmarkService):
             if reply.failure == "timeout":
                 outcome = Outcome.TIMEOUT
                 msg = f"evaluation exceeded timeout_s={request.options.timeout_s:g} (during {reply.phase or 'startup'}); worker killed"
-            elif reply.failure == "crash":
+            elif reply.failure in ("crash", "gpu_fault"):
                 outcome = PHASE_OUTCOME.get(reply.phase or "", Outcome.SANDBOX_ERROR)
                 msg = f"{reply.message} during {reply.phase or 'startup'}; worker replaced"
             else:

@@ -130,7 +130,7 @@ class Reply:
     """What came back for one job: a result dict, or why there is none."""
 
     result: dict[str, Any] | None
-    failure: str | None = None  # "timeout" | "crash" | "protocol" | "cancelled"
+    failure: str | None = None  # "timeout" | "crash" | "gpu_fault" | "protocol" | "cancelled"
     message: str = ""
     phase: str | None = None
     output: str | None = None
@@ -287,6 +287,9 @@ class WorkerProcess:
                     phase = str(msg.get("phase"))
                 elif kind == "result" and msg.get("job_id") == job_id:
                     self.jobs_done += 1
+                    if "error" in msg and msg.get("gpu_fault"):  # under MPS: a side's fatal fault
+                        first = str(msg["error"]).splitlines()[0][:300]
+                        return self._fault("gpu_fault", f"the GPU context failed under MPS ({first})", phase)
                     if "error" in msg:
                         return self._fault("protocol", f"worker error: {msg['error']}", phase)
                     result = msg.get("result")

@@ -270,10 +270,19 @@ def main(argv: list[str] | None = None) -> int:
                     "type": "result",
                     "job_id": job_id,
                     "error": f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-2000:]}",
+                    **({"gpu_fault": True} if _shared_context_fault(exc) else {}),
                 }
             )
         finally:
             shutil.rmtree(jobdir, ignore_errors=True)
+
+
+def _shared_context_fault(exc: BaseException) -> bool:
+    """Whether the judge's own CUDA context failed under MPS: there a fatal fault of any client of the
+    GPU (the sides of this worker's job: the service runs one eval worker a GPU) ends every client's
+    context, so the judge's error is the side's fault, and the job's phase says whose (the parent charges
+    it as a crash in that phase). Without MPS the judge's context is its own: its error is the harness's."""
+    return bool(os.environ.get("CUDA_MPS_PIPE_DIRECTORY")) and "CUDA error" in str(exc)
 
 
 def _reporter(channel: Channel, job_id: str, cancel_file: Path) -> Any:
