@@ -8,12 +8,15 @@ judge times differently there (issue 30): every reading is one call (``timing.ca
 of calls for a candidate to batch or overlap, L2 flushed before each), the go/done hop goes through stream
 memory operations (``cuda_ipc.Hop``: 6.6 us, against 16 or 23 us by process with inter-process events),
 and a candidate's time is bounded by the judge's copy of its outputs (``judging.copy_bound``: work hidden
-on another stream past *done* delays that copy). Measured on the H100: every reading-calls cheat at most
-the honest rewrite, the 19 adversarial cases defended; but honest short kernels (27-60 us) spread
-0.82-1.27 between jobs, so MPS is off by default. The
-daemon gets its own pipe and log dirs under the service's work dir, so it touches no other MPS user of
-the host; the eval workers find it through ``CUDA_MPS_PIPE_DIRECTORY``. Under MPS a fatal GPU fault of one
-client ends every client of that GPU: the judge then finds its context gone and its worker is replaced.
+on another stream past *done* delays that copy). The hop sits at one of two levels by process (~6.6 or
+~10.9 us on the H100), so each side is read against its own level (``judging.own_level``) and the
+reference is timed in a process at the candidate's (``Run.reference_at``): measured on the H100, every
+reading-calls cheat within 1.06x of the honest rewrite, fidelity within bounds, level 1 99/100 within
+0.98-1.02 at 2.68 s a problem. It stays off by default until a busy host and two GPUs are measured there
+(BENCHMARKS.md, issue 30). The daemon gets its own pipe and log dirs under the service's work dir, so it
+touches no other MPS user of the host; the eval workers find it through ``CUDA_MPS_PIPE_DIRECTORY``. Under
+MPS a fatal GPU fault of one client ends every client of that GPU: the judge then finds its context gone,
+the job is charged as a crash in its phase (``worker._shared_context_fault``) and its worker is replaced.
 """
 
 from __future__ import annotations
