@@ -11,7 +11,8 @@
 #                                            batch (issue 34: the fast-build batch; AB_SRC for a second tree), batch_plain
 #                                            mps_spread (issue 30: one kernel's time job after job, MPS on/off, sandboxed or not)
 # Knobs: BATCH_N, AB_SRC, BUILD_OPTIONS, BUILD_PARALLEL (builds of one option at once), COMPILE_ARGS (e.g. --task-ids-from F),
-# MPS=on (the loaded step under the service's MPS daemon), STORM_S, BB_ARGS.
+# MPS=on (every step under the service's MPS daemon: the bench scripts' --mps, KS_MPS for the tests and the
+# runners' embedded services), STORM_S, BB_ARGS.
 #
 # With no STEP: tests adversarial fidelity backendbench level1. Each step's command and what it measures are
 # in BENCHMARKS.md (the BackendBench step includes the timing self-check, each smoke op against itself).
@@ -33,6 +34,8 @@ if [ -d .whl ]; then
 fi
 export PYTHONPATH=$PWD/src:$PWD/services/kernel-service/src:$PWD/runners/backendbench-runner:$PWD/runners/kernelbench-runner:${PYTHONPATH:-}
 export PYTHONUNBUFFERED=1
+MPS=${MPS:-${KS_MPS:-off}}
+export KS_MPS=$MPS
 INDEX=bench/results/opinfo_index_h100_torch2.11.json  # skips a ~44 s rebuild when the torch matches
 steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(tests adversarial fidelity backendbench level1)
@@ -55,13 +58,13 @@ for s in "${steps[@]}"; do
   case $s in
     tests) step tests 300 python3 -m pytest -m gpu tests/kernel_service/test_gpu.py tests/backendbench/test_gpu_backendbench.py tests/adversarial/test_adv_reading_calls_gpu.py -q -p no:cacheprovider -rA ;;
     multigpu) step multigpu 240 python3 -m pytest -m gpu tests/kernel_service/test_gpu_multi.py -q -p no:cacheprovider ;;
-    adversarial_gpu1) step adversarial_gpu1 120 python3 bench/adversarial/run_gpu.py --gpus 1 --out "$OUT/adversarial_gpu1.json" ;;
-    adversarial) step adversarial 75 python3 bench/adversarial/run_gpu.py --out "$OUT/adversarial.json" ;;
-    loaded) step loaded 420 python3 bench/loaded_fidelity.py --builds 12 --storm-s ${STORM_S:-240} --mps ${MPS:-off} --out "$OUT/loaded.json" ;;
-    fidelity) step fidelity 120 python3 bench/timing_fidelity.py --calls 100 --mps off --jobs 2 --out "$OUT/fidelity.json" ;;
+    adversarial_gpu1) step adversarial_gpu1 120 python3 bench/adversarial/run_gpu.py --gpus 1 --mps $MPS --out "$OUT/adversarial_gpu1.json" ;;
+    adversarial) step adversarial 75 python3 bench/adversarial/run_gpu.py --mps $MPS --out "$OUT/adversarial.json" ;;
+    loaded) step loaded 420 python3 bench/loaded_fidelity.py --builds 12 --storm-s ${STORM_S:-240} --mps $MPS --out "$OUT/loaded.json" ;;
+    fidelity) step fidelity 120 python3 bench/timing_fidelity.py --calls 100 --mps $MPS --jobs 2 --out "$OUT/fidelity.json" ;;
     backendbench)
       h100_index
-      step backendbench 300 python3 bench/backendbench_suite_speed.py --index auto --runs 2 --out "$OUT/backendbench.json" ${BB_ARGS:-} ;;
+      step backendbench 300 python3 bench/backendbench_suite_speed.py --index auto --runs 2 --mps $MPS --out "$OUT/backendbench.json" ${BB_ARGS:-} ;;
     runner_start)  # what a runner process costs before its run loop: imports, listing the opinfo suite
       step runner_start 60 bash -c 'TIMEFORMAT="list-tasks %R s"; for i in 1 2 3; do time python3 -m backendbench_runner.cli list-tasks --suite opinfo >/dev/null; done; python3 -X importtime -c "import backendbench_runner.cli" 2>&1 | sort -t"|" -k2 -n | tail -25' ;;
     level1) step level1 560 python3 bench/kernelbench_gpu.py --model reference --dataset-file .gpudata/problems.jsonl \
