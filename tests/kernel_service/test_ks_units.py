@@ -250,3 +250,33 @@ def test_under_mps_a_failed_judge_context_is_charged_to_the_phase(monkeypatch: p
     assert got.outcome == Outcome.EXECUTION_FAILURE and "during correctness; worker replaced" in got.message
     protocol = Reply(result=None, failure="protocol", message="worker error: boom", phase="correctness")
     assert service._response_from(protocol, base, request).outcome == Outcome.SANDBOX_ERROR
+
+
+def test_under_mps_a_failed_judge_context_is_the_backendbench_kernels_execution_failure() -> None:
+    """BackendBench's answer for a job whose judge context a side's fatal fault ended under MPS: the
+    kernel's ``execution_failure`` (the op's other side runs trusted aten); any other failure of the worker
+    stays ``sandbox_error``, an overrun ``timeout``."""
+    import anyio
+    from kernel_service.backendbench.references import reference_source
+    from kernel_service.backendbench.schemas import BackendBenchEvalRequest
+    from kernel_service.backendbench_service import run_in_pool
+    from kernel_service.workers.pool import Reply
+
+    class OneReply:  # a worker pool whose one job ended with ``failure`` (an MPS fault cannot happen here)
+        def __init__(self, failure: str) -> None:
+            self.failure = failure
+
+        async def run(self, job: dict[str, object], timeout: float) -> tuple[Reply, float]:
+            return Reply(result=None, failure=self.failure, message=f"{self.failure} in the job"), 0.0
+
+    source = reference_source("relu")
+    assert source is not None
+    request = BackendBenchEvalRequest(dataset="backendbench-smoke", op="relu", suite="smoke", source=source)
+    verdicts = {
+        failure: anyio.run(run_in_pool, OneReply(failure), request)  # type: ignore[arg-type]
+        for failure in ("gpu_fault", "protocol", "crash", "timeout")
+    }
+    assert verdicts["gpu_fault"].outcome == "execution_failure"
+    assert "gpu_fault in the job" in verdicts["gpu_fault"].feedback
+    assert verdicts["protocol"].outcome == verdicts["crash"].outcome == "sandbox_error"
+    assert verdicts["timeout"].outcome == "timeout"

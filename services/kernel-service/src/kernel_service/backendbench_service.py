@@ -37,7 +37,11 @@ async def run_in_pool(pool: JobRunner, request: BackendBenchEvalRequest) -> Back
     }
     reply, _waited = await pool.run(job, request.options.timeout_s + KILL_GRACE_S)
     if reply.result is None:
-        outcome = "timeout" if reply.failure == "timeout" else "sandbox_error"
+        # under MPS a side's fatal fault ends the judge's context too (``gpu_fault``): the op's runs on
+        # the GPU were the kernel's and the op's (trusted aten), so it is the kernel's execution failure
+        outcome = {"timeout": "timeout", "gpu_fault": "execution_failure"}.get(
+            reply.failure or "", "sandbox_error"
+        )
         detail = reply.message or reply.failure or "no result"
         if reply.output:
             detail += f"; output tail: {reply.output[-500:]}"
