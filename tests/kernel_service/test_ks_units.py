@@ -221,6 +221,12 @@ def test_the_mps_setting_comes_from_ks_mps_where_the_config_names_none(
     monkeypatch.setenv("KS_MPS", "sometimes")
     with pytest.raises(ValueError, match="KS_MPS: expected auto, on or off; got 'sometimes'"):
         KernelServiceConfig()
+    # ``kernel-service serve`` reads it too, and refuses a bad value before it serves anything
+    from click.testing import CliRunner
+    from kernel_service.cli import main
+
+    got = CliRunner().invoke(main, ["serve", "--gpus", "none"], env={"KS_MPS": "sometimes"})
+    assert got.exit_code == 2 and "Invalid value for '--mps'" in got.output, got.output
 
 
 def test_under_mps_a_failed_judge_context_is_charged_to_the_phase(monkeypatch: pytest.MonkeyPatch) -> None:

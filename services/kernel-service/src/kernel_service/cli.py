@@ -159,9 +159,12 @@ def main() -> None:
     type=click.Choice(["auto", "on", "off"]),
     default="off",
     show_default=True,
+    envvar="KS_MPS",
+    show_envvar=True,
     help="an NVIDIA MPS daemon of the service's own for its GPUs (auto: when GPUs and the tool exist). "
-    "Off: the judge measures and subtracts the cross-context switch. On: a smaller overhead, but work a "
-    "submission hides on a side stream can overlap the end of its timed call (docs/integrity.md)",
+    "Off: several calls a reading, bounded from below by lone calls. On: one call a reading, so a "
+    "submission cannot overlap, batch or share work across a reading's calls; each side read at one "
+    "path level (docs/integrity.md)",
 )
 @common_options
 def serve(
