@@ -102,10 +102,7 @@ class Sides:
         for role in roles:
             if role in run.sides:
                 run.kill(role)
-                for which in ("in", "out"):  # the new process has mapped none of the old one's arenas
-                    arena = run.arenas.pop((role, which), None)
-                    if arena is not None:
-                        arena.close()
+                run.drop_arenas(role)  # the new process has mapped none of the old one's arenas
             run.fork(role, self.build_dir)
             if role == "candidate":
                 self.loaded = 0

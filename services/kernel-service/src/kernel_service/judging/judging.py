@@ -15,7 +15,7 @@ import gc
 import math
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -212,8 +212,13 @@ class Run:
         base = self.judge.gpu_timer(self.device)
         base.start_job()
         self.timers = {role: base.bind(role, partial(self.ask, role)) for role in ("candidate", "reference")}
-        probe: list[tuple[list[Any], dict[str, Any]]] = [([torch.zeros(1, device=self.device)], {})]
-        self.candidate_null_ms = calibrate(self, base, self.timers["candidate"], probe, role="candidate")
+        self.candidate_null_ms = calibrate(
+            self, base, self.timers["candidate"], self._probe(), role="candidate"
+        )
+
+    def _probe(self) -> list[tuple[list[Any], dict[str, Any]]]:
+        """What a null call that measures a process's level is given: one element of ours."""
+        return [([torch.zeros(1, device=self.device)], {})]
 
     def reference_at(self, level_ms: float, build_dir: str, *msgs: dict[str, Any]) -> dict[str, float]:
         """Under MPS, with the candidate gone: a new reference process (sent ``msgs``: its set-up, its
@@ -228,22 +233,18 @@ class Run:
         after its predecessor was killed matched the candidate in 4 of 7 jobs, and one forked while its
         predecessor still ran matched it in every job (H100)."""
         base = self.judge.gpu_timer(self.device)
-        probe: list[tuple[list[Any], dict[str, Any]]] = [([torch.zeros(1, device=self.device)], {})]
+        probe = self._probe()
         ms, forks = 0.0, 0
         while forks < MODE_FORKS:
             forks += 1
             old, opened = self.sides.pop("reference"), self.opened.pop("reference")
-            stale = [self.arenas.pop(key) for key in [k for k in self.arenas if k[0] == "reference"]]
             try:
                 self.fork("reference", build_dir)
-                for msg in msgs:
-                    if not (reply := self.ask("reference", msg)).get("ok"):
-                        raise self.side_error("reference", reply)
+                self._send("reference", msgs)
             finally:
                 opened.close()
                 old.kill()
-                for arena in stale:
-                    arena.close()
+                self.drop_arenas("reference")
             self.timers["reference"] = base.bind("reference", partial(self.ask, "reference"))
             ms = calibrate(self, base, self.timers["reference"], probe, readings=MODE_NULL_CALLS, probe=True)
             if abs(ms - level_ms) <= MODE_SLACK_MS:
@@ -263,14 +264,21 @@ class Run:
         """A fresh process for ``role`` (the old one killed, its arenas dropped: the new one maps its
         own), set up and its model loaded as the first was (``spawn``)."""
         self.kill(role)
+        self.drop_arenas(role)
+        side = self.fork(role, self.spawn["build_dir"])
+        self._send(role, (self.spawn["setup"], self.spawn["load"][role]))
+        return side
+
+    def drop_arenas(self, role: str) -> None:
+        """Close ``role``'s arenas: a new process of that role maps its own."""
         for key in [k for k in self.arenas if k[0] == role]:
             self.arenas.pop(key).close()
-        side = self.fork(role, self.spawn["build_dir"])
-        for msg in (self.spawn["setup"], self.spawn["load"][role]):
-            reply = self.ask(role, msg)
-            if not reply.get("ok"):
+
+    def _send(self, role: str, msgs: Iterable[dict[str, Any]]) -> None:
+        """Each of ``msgs`` to ``role`` in turn (a set-up, a load); a refusal is the side's error."""
+        for msg in msgs:
+            if not (reply := self.ask(role, msg)).get("ok"):
                 raise self.side_error(role, reply)
-        return side
 
     def ask(self, role: str, msg: dict[str, Any], fd: int | None = None) -> dict[str, Any]:
         try:

@@ -502,15 +502,15 @@ def _time(
             if not timed.host_timed and timed.ms is not None:
                 lone_pairs.append((timed.ms, beside))
         del null_set  # a problem's inputs may take gigabytes
-    after_ms = 0.0  # under MPS: the path's level through the candidate's process after its readings
-    if gpu and under_mps():
-        after_ms = calibrate(run, base, timers["candidate"], [(get_inputs(warm_seed), {})], role="candidate")
-    run.end_candidate()
     new_level: float | None = None  # under MPS: the candidate's own level, its calls read against it
-    mode_info: dict[str, float] = {}
+    after_ms = 0.0  # and its process's level after its readings
     if gpu and under_mps() and run.candidate_null_ms is not None:
+        after_ms = calibrate(run, base, timers["candidate"], [(get_inputs(warm_seed), {})], role="candidate")
         new_level = own_level(run.candidate_null_ms, after_ms)
-        spawn = run.spawn  # the reference timed in a process at the candidate's level
+    run.end_candidate()
+    mode_info: dict[str, float] = {}
+    if new_level is not None:  # the reference timed in a process at the candidate's level
+        spawn = run.spawn
         mode_info = run.reference_at(
             new_level, spawn["build_dir"], spawn["setup"], spawn["load"]["reference"]
         )
