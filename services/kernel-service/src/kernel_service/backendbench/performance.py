@@ -91,7 +91,7 @@ def time_cases(
         if p or mps:
             sides.start("reference", "candidate")
             if mps:
-                run.bind_before_load()
+                run.bind_before_load(sides.build_dir, sides.setup)
             if (failed := load_kernel(sides, prep.req, prep.base)) is not None:
                 raise HarnessError(Outcome.EXECUTION_FAILURE, failed.feedback)
         block, sizes = _time_block(sides, prep, cases, sizes, pairs)
@@ -202,8 +202,7 @@ def _time_block(
         kernel_null = own_level(run.candidate_null_ms, after_ms)
     run.end_candidate()
     if kernel_null is not None:  # the op timed in a process at the candidate's level
-        setup = {"op": "setup", "device": str(run.device), "build_dir": sides.build_dir}
-        mode_info = run.reference_at(kernel_null, sides.build_dir, setup)
+        mode_info = run.reference_at(kernel_null, sides.build_dir, sides.setup)
     null_ms = calibrate(run, base, timers["reference"], [(list(cases[0].args), cases[0].kwargs)])
     ref_raw: list[list[float]] = [[] for _ in cases]
     bad: dict[int, str] = {}

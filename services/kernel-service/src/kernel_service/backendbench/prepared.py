@@ -106,9 +106,12 @@ class Sides:
             run.fork(role, self.build_dir)
             if role == "candidate":
                 self.loaded = 0
-        run.ask_each(
-            {role: {"op": "setup", "device": str(run.device), "build_dir": self.build_dir} for role in roles}
-        )
+        run.ask_each({role: self.setup for role in roles})
+
+    @property
+    def setup(self) -> dict[str, Any]:
+        """The message that sets a new side process up."""
+        return {"op": "setup", "device": str(self.run.device), "build_dir": self.build_dir}
 
     def deadline(self, timeout_s: float) -> None:
         """``timeout_s`` from now for every reply of either side (each op of a batch has its own)."""

@@ -218,7 +218,7 @@ def _evaluate(
         for role in ("reference", "candidate"):
             run.fork(role, build_dir)
         run.ask_each({"reference": setup, "candidate": setup})  # two CUDA contexts start at once
-        run.bind_before_load()
+        run.bind_before_load(build_dir, setup)
         models = {"reference": (job.reference, "Model", Outcome.UNKNOWN_ERROR),
                   "candidate": (job.solution, "ModelNew", Outcome.COMPILATION_FAILURE)}  # fmt: skip
         loads = {
