@@ -233,9 +233,9 @@ class Run:
 
         Why: at the upper level (~10.9 us on the H100) a real call's path costs ~4 us more than its null
         calls account for, on both sides, so a fast candidate against a slow reference reads slower than
-        it is (the 64 MB-weights rewrite x0.93-0.94 of an L2-flushed timer there, x0.97-0.98 at the lower
-        level) and a 3.5 us add spreads 0.80-1.14 on a busy host (0.90-1.07 at the lower). A process
-        forked while another is killed takes the level that one left (:meth:`reference_at`)."""
+        it is: the 64 MB-weights rewrite read x0.93-0.94 of an L2-flushed timer there, x0.975-0.98 once
+        moved (H100). A process forked while another is killed takes the level that one left
+        (:meth:`reference_at`): one swap reached the lower level every time it was needed (5 of 24 jobs)."""
         probe, swaps = self._probe(), 0
         while swaps < LOW_SWAPS:
             ref_ms = calibrate(

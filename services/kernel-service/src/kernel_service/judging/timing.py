@@ -27,8 +27,9 @@ the reference side's for the same inputs by over ``PREP_SLACK`` is an execution 
 
 Under the service's MPS daemon (``workers.mps``) clients run at once, so a reading is one call, the hop
 is a pair of counters in device memory (``cuda_ipc.Hop``) instead of the events, each side's readings are
-read against its own process's level (``judging.own_level``; the reference timed in a process at the
-candidate's level: ``Run.reference_at``), and a candidate's time is bounded by the judge's copy of its
+read against its own process's level (``judging.own_level``; the candidate moved to the lower level
+before its code loads: ``Run._candidate_low``; the reference timed in a process at the candidate's level:
+``Run.reference_at``), and a candidate's time is bounded by the judge's copy of its
 outputs (``judging.copy_bound``).
 
 CPU (:class:`CpuTimer`): the judge's ``perf_counter`` from before it writes the inputs until it has its own

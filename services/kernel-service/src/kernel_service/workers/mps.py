@@ -9,14 +9,18 @@ of calls for a candidate to batch or overlap, L2 flushed before each), the go/do
 memory operations (``cuda_ipc.Hop``: 6.6 us, against 16 or 23 us by process with inter-process events),
 and a candidate's time is bounded by the judge's copy of its outputs (``judging.copy_bound``: work hidden
 on another stream past *done* delays that copy). The hop sits at one of two levels by process (~6.6 or
-~10.9 us on the H100), so each side is read against its own level (``judging.own_level``) and the
-reference is timed in a process at the candidate's (``Run.reference_at``): measured on the H100, every
-reading-calls cheat within 1.06x of the honest rewrite, fidelity within bounds, level 1 99/100 within
-0.98-1.02 at 2.68 s a problem. It stays off by default until a busy host and two GPUs are measured there
-(BENCHMARKS.md, issue 30). The daemon gets its own pipe and log dirs under the service's work dir, so it
-touches no other MPS user of the host; the eval workers find it through ``CUDA_MPS_PIPE_DIRECTORY``. Under
-MPS a fatal GPU fault of one client ends every client of that GPU: the judge then finds its context gone,
-the job is charged as a crash in its phase (``worker._shared_context_fault``) and its worker is replaced.
+~10.9 us on the H100), and at the upper one a real call's path costs more than its null calls say, so the
+candidate is moved to the lower level before its code loads (``Run._candidate_low``), each side is read
+against its own level (``judging.own_level``) and the reference is timed in a process at the candidate's
+(``Run.reference_at``). Measured on the H100: every reading-calls cheat within 0.90-1.07x of the honest
+rewrite and fidelity 10 of 10 within bounds; on a 2x H200 host both GPUs judge correctly. It stays off by
+default: the BackendBench self-check (0.973-1.046) and a level-1 evaluation (2.68 s) miss their targets
+there, and a 1x128 add on a busy host spreads more than without it (BENCHMARKS.md, issue 30).
+
+The daemon gets its own pipe and log dirs under the service's work dir, so it touches no other MPS user of
+the host; the eval workers find it through ``CUDA_MPS_PIPE_DIRECTORY``. Under MPS a fatal GPU fault of one
+client ends every client of that GPU: the judge then finds its context gone, the job is charged as a crash
+in its phase (``worker._shared_context_fault``) and its worker is replaced.
 """
 
 from __future__ import annotations
