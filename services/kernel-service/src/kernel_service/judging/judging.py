@@ -235,8 +235,8 @@ class Run:
         calls account for, on both sides, so a fast candidate against a slow reference reads slower than
         it is: the 64 MB-weights rewrite read x0.93-0.94 of an L2-flushed timer there, x0.975-0.98 once
         moved (H100). A process forked while another is killed takes the level that one left
-        (:meth:`reference_at`): one swap reached the lower level each time one was needed (5 of 24 KernelBench jobs, 1 of 6
-        BackendBench pairs)."""
+        (:meth:`reference_at`): one swap reached the lower level each time one was needed (5 of 24
+        KernelBench jobs, 1 of 6 BackendBench pairs)."""
         probe, swaps = self._probe(), 0
         while swaps < LOW_SWAPS:
             ref_ms = calibrate(
