@@ -237,31 +237,39 @@ class Run:
         moved (H100). A process forked while another is killed takes the level that one left
         (:meth:`reference_at`): one swap reached the lower level each time one was needed (5 of 24
         KernelBench jobs, 1 of 6 BackendBench pairs)."""
-        probe, swaps = self._probe(), 0
+        swaps = 0
         while swaps < LOW_SWAPS:
-            ref_ms = calibrate(
-                self, base, self.timers["reference"], probe, readings=MODE_NULL_CALLS, probe=True
-            )
             assert self.candidate_null_ms is not None
-            if self.candidate_null_ms <= ref_ms + MODE_SLACK_MS:
+            if self.candidate_null_ms <= self._level(base, "reference") + MODE_SLACK_MS:
                 break
             swaps += 1
             self.kill("reference")
             del self.sides["reference"], self.opened["reference"]
             self.drop_arenas("reference")
             for role in ("candidate", "reference"):  # each in the place the other's old process left
-                old, opened = self.sides.pop(role, None), self.opened.pop(role, None)
-                try:
-                    self.fork(role, build_dir)
-                    self._send(role, (setup,))
-                finally:
-                    if old is not None and opened is not None:
-                        opened.close()
-                        old.kill()
-                        self.drop_arenas(role)
-                self.timers[role] = base.bind(role, partial(self.ask, role))
-            self.candidate_null_ms = calibrate(self, base, self.timers["candidate"], probe, role="candidate")
+                self._fork_beside(base, role, build_dir, (setup,))
+            self.candidate_null_ms = calibrate(
+                self, base, self.timers["candidate"], self._probe(), role="candidate"
+            )
         self.level_info["candidate_swaps"] = float(swaps)
+
+    def _fork_beside(self, base: GpuTimer, role: str, build_dir: str, msgs: Iterable[dict[str, Any]]) -> None:
+        """A new process for ``role``, sent ``msgs`` while the old one (if any) still runs, then the old
+        one killed and its arenas dropped; the GPU timer bound to the new one."""
+        old, opened = self.sides.pop(role, None), self.opened.pop(role, None)
+        try:
+            self.fork(role, build_dir)
+            self._send(role, msgs)
+        finally:
+            if old is not None and opened is not None:
+                opened.close()
+                old.kill()
+                self.drop_arenas(role)
+        self.timers[role] = base.bind(role, partial(self.ask, role))
+
+    def _level(self, base: GpuTimer, role: str) -> float:
+        """The path's level (ms) through ``role``'s process now: ``MODE_NULL_CALLS`` null calls."""
+        return calibrate(self, base, self.timers[role], self._probe(), readings=MODE_NULL_CALLS, probe=True)
 
     def _probe(self) -> list[tuple[list[Any], dict[str, Any]]]:
         """What a null call that measures a process's level is given: one element of ours."""
@@ -280,20 +288,11 @@ class Run:
         after its predecessor was killed matched the candidate in 4 of 7 jobs, and one forked while its
         predecessor still ran matched it in every job (H100)."""
         base = self.judge.gpu_timer(self.device)
-        probe = self._probe()
         ms, forks = 0.0, 0
         while forks < MODE_FORKS:
             forks += 1
-            old, opened = self.sides.pop("reference"), self.opened.pop("reference")
-            try:
-                self.fork("reference", build_dir)
-                self._send("reference", msgs)
-            finally:
-                opened.close()
-                old.kill()
-                self.drop_arenas("reference")
-            self.timers["reference"] = base.bind("reference", partial(self.ask, "reference"))
-            ms = calibrate(self, base, self.timers["reference"], probe, readings=MODE_NULL_CALLS, probe=True)
+            self._fork_beside(base, "reference", build_dir, msgs)
+            ms = self._level(base, "reference")
             if abs(ms - level_ms) <= MODE_SLACK_MS:
                 break
         return {**self.level_info, "reference_forks": float(forks), "reference_mode_us": round(ms * 1e3, 2)}

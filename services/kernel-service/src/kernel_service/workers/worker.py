@@ -282,7 +282,11 @@ def _shared_context_fault(exc: BaseException) -> bool:
     GPU (the sides of this worker's job: the service runs one eval worker a GPU) ends every client's
     context, so the judge's error is the side's fault, and the job's phase says whose (the parent charges
     it as a crash in that phase). Without MPS the judge's context is its own: its error is the harness's."""
-    return bool(os.environ.get("CUDA_MPS_PIPE_DIRECTORY")) and "CUDA error" in str(exc)
+    if "CUDA error" not in str(exc):
+        return False
+    from ..judging.timing import under_mps  # torch is loaded by now: CUDA raised the error
+
+    return under_mps()
 
 
 def _reporter(channel: Channel, job_id: str, cancel_file: Path) -> Any:
