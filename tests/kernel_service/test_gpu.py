@@ -11,6 +11,7 @@ import httpx
 import ks_gpu_sources as G
 import pytest
 import torch
+from kernel_service.kernelbench.judge import SHORT_PAIRS
 from kernel_service.kernelbench.schemas import KernelEvalResponse
 from kernel_service.service import KernelService, KernelServiceConfig
 
@@ -262,8 +263,9 @@ def test_short_calls_are_timed_several_per_reading_and_each_output_is_checked(
     assert honest.timing_gate is not None
     if KernelServiceConfig().mps == "off":
         assert honest.timing_gate["calls_per_reading"] >= 16, honest.timing_gate
-    else:  # under MPS (KS_MPS) a reading is one call, at each side's own level
+    else:  # under MPS (KS_MPS) a reading is one call, at each side's own level, in several process pairs
         assert honest.timing_gate["calls_per_reading"] == 1, honest.timing_gate
+        assert honest.timing_gate["process_pairs"] == SHORT_PAIRS, honest.timing_gate
     # 1.054 and 1.080 in two of five H100 runs (a 3 us call): within 10%, where one call a reading read
     # anywhere from 0.25x to 1.56x
     assert honest.speedup is not None and 0.9 < honest.speedup < 1.1, (honest.speedup, honest.timing_gate)

@@ -99,6 +99,7 @@ class Sides:
         """Fork each of ``roles`` afresh (killing the old one) with arenas of its own; several start at
         once (each side's set-up, its CUDA context above all, takes ~0.3 s on the H100)."""
         run = self.run
+        run.dismiss_companion()  # the last timed pair's idle reference (``Run.reference_at``)
         for role in roles:
             if role in run.sides:
                 run.kill(role)
