@@ -330,9 +330,10 @@ class Run:
         self.opened[role] = transport.Opened()
         return side
 
-    def fresh_pair(self) -> None:
-        """Both sides in new processes, the old ones (and the companion) killed first, set up, bound before
-        the submission's load as the first pair was (:meth:`bind_before_load`), and loaded (``spawn``)."""
+    def start_pair(self) -> None:
+        """Both sides in new processes (any old ones and the companion killed first), set up at once (two
+        CUDA contexts start together), bound before the submission's load (:meth:`bind_before_load`), then
+        loaded (``spawn``); a refusal is that side's error."""
         self.dismiss_companion()
         build_dir, setup = self.spawn["build_dir"], self.spawn["setup"]
         for role in ("reference", "candidate"):

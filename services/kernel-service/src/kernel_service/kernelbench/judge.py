@@ -219,10 +219,6 @@ def _evaluate(
     with phase("load"):
         build_dir = usable_build_dir(Path(job.build_dir), run.workdir)
         setup = {"op": "setup", "device": str(device), "tf32": opts.tf32, "build_dir": build_dir}
-        for role in ("reference", "candidate"):
-            run.fork(role, build_dir)
-        run.ask_each({"reference": setup, "candidate": setup})  # two CUDA contexts start at once
-        run.bind_before_load(build_dir, setup)
         models = {"reference": (job.reference, "Model", Outcome.UNKNOWN_ERROR),
                   "candidate": (job.solution, "ModelNew", Outcome.COMPILATION_FAILURE)}  # fmt: skip
         loads = {
@@ -235,10 +231,7 @@ def _evaluate(
             } for role, (source, cls, load_outcome) in models.items()
         }  # fmt: skip
         run.spawn = {"build_dir": build_dir, "setup": setup, "load": loads}
-        replies = run.ask_each(loads)
-        for role, reply in replies.items():
-            if not reply.get("ok"):
-                raise run.side_error(role, reply)
+        run.start_pair()
 
     atol, rtol = opts.atol, opts.rtol
     passed = 0
@@ -644,7 +637,7 @@ def _time(
 
 def _pairs(run: Run, job: Job, time_pair: Callable[[], dict[str, Any]], started: float) -> dict[str, Any]:
     """``time_pair()`` once or, under MPS where either side's median call is under ``SHORT_CALL_MS``, in
-    ``SHORT_PAIRS`` fresh pairs of side processes (:meth:`Run.fresh_pair`), pooled (:func:`_pooled`);
+    ``SHORT_PAIRS`` fresh pairs of side processes (:meth:`Run.start_pair`), pooled (:func:`_pooled`);
     a pair whose timed outputs differ from the reference's ends it.
 
     Why: under MPS a side process reads a call's path at an offset of its own (a 1x128 add's readings
@@ -660,7 +653,7 @@ def _pairs(run: Run, job: Job, time_pair: Callable[[], dict[str, Any]], started:
     timings = [first]
     budget = job.options.timeout_s * TIMING_BUDGET_SHARE
     while len(timings) < SHORT_PAIRS and time.perf_counter() - started < budget:
-        run.fresh_pair()
+        run.start_pair()
         timings.append(time_pair())
         if timings[-1]["mismatch"]:
             return timings[-1]
