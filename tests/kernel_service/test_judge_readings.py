@@ -4,9 +4,11 @@ zygote and side process, on the CPU."""
 
 from __future__ import annotations
 
+import statistics
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -32,8 +34,9 @@ from kernel_service.judging.judging import (
     unwrap,
 )
 from kernel_service.judging.sandbox import HardenPolicy
-from kernel_service.judging.schemas import Outcome
+from kernel_service.judging.schemas import Outcome, TimingStats
 from kernel_service.judging.timing import CpuTimer, calls_per_reading
+from kernel_service.kernelbench.judge import _pooled
 
 KERNELS = """
 import torch
@@ -330,3 +333,53 @@ def test_the_lone_floor_allows_for_its_own_error_but_no_more_than_its_cap() -> N
     wild = [0.0046 + 0.050 * (-1) ** i for i in range(10)]  # lone calls made to vary by 50 us
     _, capped = lone_bound([0.0005] * 5, wild, 1.0, lone_noise(wild, 1.0, ref_lone))
     assert capped["lone_slack_us"] == LONE_NOISE_CAP_MS * 1e3 and capped["lone_bound"] == 1.0
+
+
+def _timing(ref: list[float], new: list[float], degraded: str | None = None) -> dict[str, Any]:
+    return {"ref": TimingStats.of(ref), "new": TimingStats.of(new), "gate": {"null_us": 6.5}, "mismatch": None,
+            "degraded": degraded, "method": "events", "ref_cached": False}  # fmt: skip
+
+
+def test_pooled_pairs_read_each_side_as_the_mean_of_the_pairs_medians() -> None:
+    """Several process pairs (under MPS, a call under 10 us): each side's median is the mean of the pairs'
+    medians (a pooled median would jump between the processes' offsets), the rest over every reading."""
+    first = _timing([0.0040, 0.0041, 0.0042], [0.0035, 0.0036, 0.0037])
+    second = _timing([0.0036, 0.0037, 0.0038, 0.0039], [0.0039, 0.0040, 0.0041, 0.0042], degraded="host time")
+    assert _pooled([first]) is first  # one pair: as it was
+    got = _pooled([first, second])
+    for side, values in (("ref", [0.0040, 0.0041, 0.0042, 0.0036, 0.0037, 0.0038, 0.0039]),
+                         ("new", [0.0035, 0.0036, 0.0037, 0.0039, 0.0040, 0.0041, 0.0042])):  # fmt: skip
+        stats = got[side]
+        assert stats.median == pytest.approx(statistics.fmean([first[side].median, second[side].median]))
+        assert stats.median != pytest.approx(statistics.median(values))  # not the pooled median
+        assert stats.n == 7 and stats.min == min(values) and stats.max == max(values)
+        assert stats.mean == pytest.approx(statistics.fmean(values))
+        assert stats.std == pytest.approx(statistics.stdev(values))
+    assert got["gate"]["process_pairs"] == 2 and got["gate"]["null_us"] == 6.5
+    assert got["gate"]["pair_sd_new_pct"] > 0 and got["gate"]["pair_sd_ref_pct"] > 0
+    assert got["degraded"] == "host time"  # any pair's host time marks the whole
+    assert "2 fresh pairs" in got["method"]
+
+
+def test_a_new_pair_forks_both_sides_afresh_and_loads_them(judge: Judge) -> None:
+    job = Path(tempfile.mkdtemp(prefix="job-", dir=judge.tmp))
+    run = Run(judge, job / "job", torch.device("cpu"), timeout_s=120)
+    build = job / "build"
+    build.mkdir()
+    load = {"op": "load_fn", "source": KERNELS, "function": "double"}
+    run.spawn = {"build_dir": str(build), "setup": {"op": "setup", "device": "cpu", "build_dir": str(build)},
+                 "load": {"reference": load, "candidate": load}}  # fmt: skip
+    try:
+        run.start_pair()
+        first = dict(run.sides)
+        run.start_pair()
+        assert all(not side.alive for side in first.values())  # the old pair is gone
+        assert {r: s.pid for r, s in run.sides.items()}.keys() == {"reference", "candidate"}
+        assert all(run.sides[r].pid != first[r].pid for r in first)
+        out = run.call("candidate", [torch.ones(4)]).out
+        assert torch.equal(unwrap(out), torch.full((4,), 2.0))  # loaded as the first pair was
+        run.spawn["load"] = {"reference": load, "candidate": {**load, "function": "absent"}}
+        with pytest.raises(HarnessError, match="defines no function `absent`"):
+            run.start_pair()  # a side that refuses its load is that side's error
+    finally:
+        run.close()
