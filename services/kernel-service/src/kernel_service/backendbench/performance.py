@@ -167,11 +167,16 @@ def _time_block(
     ]
     seeds = [[fresh_seed() for _ in range(max(sizes))] for _ in range(max(counts))]
 
-    def warm_up(role: str) -> None:
+    def warm_up(role: str) -> float:
+        """Each input's warm-up readings; the shortest call among them (ms, less the judge's null)."""
+        shortest = math.inf
         for j, case in enumerate(cases):
             for _ in range(math.ceil(opts.warmup / sizes[j])):
-                run.calls(role, [(list(case.args), case.kwargs)] * sizes[j], timers[role],
-                          op[j] if role == "reference" else None, patient=False)  # fmt: skip
+                call = run.calls(role, [(list(case.args), case.kwargs)] * sizes[j], timers[role],
+                                 op[j] if role == "reference" else None, patient=False)  # fmt: skip
+                if call.ms is not None:
+                    shortest = min(shortest, (call.ms - base.null_ms) / sizes[j])
+        return shortest
 
     def timed(role: str, i: int) -> Iterator[tuple[int, Call]]:
         """Reading ``i`` of each input: its calls on values of their own, fresh from their seeds."""
@@ -201,12 +206,19 @@ def _time_block(
                              role="candidate")  # fmt: skip
         kernel_null = own_level(run.candidate_null_ms, after_ms)
     run.end_candidate()
+    warmed = False  # the reference's warm-up done in the process it is timed in
     if kernel_null is not None:  # the op timed in a process at the candidate's level
-        mode_info = run.reference_at(kernel_null, sides.build_dir, sides.setup)
+        calls = [
+            statistics.median(net(raw, kernel_null, sizes[j])) for j, raw in enumerate(kernel_raw) if raw
+        ]
+        shortest = min([warm_up("reference"), *calls])
+        mode_info = run.reference_at(kernel_null, shortest, sides.build_dir, sides.setup)
+        warmed = not mode_info["reference_forks"]
     null_ms = calibrate(run, base, timers["reference"], [(list(cases[0].args), cases[0].kwargs)])
     ref_raw: list[list[float]] = [[] for _ in cases]
     bad: dict[int, str] = {}
-    warm_up("reference")
+    if not warmed:
+        warm_up("reference")
     for i in range(len(seeds)):
         for j, call in timed("reference", i):
             assert call.ms is not None

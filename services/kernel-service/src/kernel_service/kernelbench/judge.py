@@ -506,11 +506,17 @@ def _time(
         new_level = own_level(run.candidate_null_ms, after_ms)
     run.end_candidate()
     mode_info: dict[str, float] = {}
+    ref_warm: tuple[list[float], list[float]] | None = None  # the reference's warm-up, where it stays
     if new_level is not None:  # the reference timed in a process at the candidate's level
+        ref_warm = warm("reference", n)  # how long its calls are, in its first process
+        ref_call = (min(ref_warm[0]) - base.null_ms) / n if ref_warm[0] else 0.0
+        new_call = statistics.median(_per_call(new_raw, new_level))
         spawn = run.spawn
         mode_info = run.reference_at(
-            new_level, spawn["build_dir"], spawn["setup"], spawn["load"]["reference"]
+            new_level, min(ref_call, new_call), spawn["build_dir"], spawn["setup"], spawn["load"]["reference"]
         )
+        if mode_info["reference_forks"]:
+            ref_warm = None
 
     # the null calls draw a candidate's reading of inputs: their preparation is its baseline
     null_ms = calibrate(run, base, timers["reference"], [(get_inputs(warm_seed), {})] * m,
@@ -535,7 +541,7 @@ def _time(
         return timed
 
     if cached is None:
-        _, trips = warm("reference", n)
+        _, trips = ref_warm or warm("reference", n)
         if gpu and trips:
             n = host_capped(n, statistics.median(trips), n)
         k = 0
