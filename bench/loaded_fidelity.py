@@ -35,6 +35,8 @@ from _sources import use_sources
 
 use_sources()
 
+import httpcore  # noqa: E402, F401 - before the build threads: httpx imports it lazily, and that import raced with load_inline's
+import httpx  # noqa: E402
 import torch  # noqa: E402
 from timing_fidelity import CHAIN_NEW, CHAIN_REF, MATMUL_NEW, MATMUL_REF, independent, load  # noqa: E402
 
@@ -159,8 +161,6 @@ async def evaluate(client: Any, ref: str, new: str) -> dict[str, Any]:
 
 async def prebuild(url: str) -> None:
     """The honest kernels' CUDA extensions built in the service (untimed), beside this process's own builds."""
-    import httpx
-
     async with httpx.AsyncClient(base_url=url, timeout=1800) as client:
         await asyncio.gather(*(
             client.post("/v1/evaluate", json={"reference": k["ref"], "solution": k["new"], "backend": "cuda",
@@ -170,8 +170,6 @@ async def prebuild(url: str) -> None:
 
 
 async def served(url: str, builds: int, storm_s: float) -> dict[str, Any]:
-    import httpx
-
     async with httpx.AsyncClient(base_url=url, timeout=1800) as client:
         idle = []
         for k in HONEST:  # alone, one at a time (the CUDA ones build here, outside the timed rounds)
