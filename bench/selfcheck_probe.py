@@ -30,11 +30,19 @@ from benchmark_runner.service.server import start_server  # noqa: E402
 GATE_KEYS = ("level", "null", "forks", "swaps", "pair", "mode")
 
 
-async def batch(url: str, ops: list[str], requests: int, profile: bool) -> list[dict[str, Any]]:
-    """Each op timed against itself (its kernel is the op, the detector off), ``requests`` times, one batch."""
+async def batch(
+    url: str, ops: list[str], requests: int, profile: bool, pairs: int | None
+) -> list[dict[str, Any]]:
+    """Each op timed against itself (its kernel is the op, the detector off), ``requests`` times, one batch;
+    ``pairs``: the processes' pairs (``perf_processes``; None: the service's default)."""
     reqs = []
     for op in ops:
-        options = {"detect_original_op": False, "perf_trials": 20, "profile": profile}
+        options = {
+            "detect_original_op": False,
+            "perf_trials": 20,
+            "profile": profile,
+            "perf_processes": pairs,
+        }
         request = BackendBenchEvalRequest(
             dataset="backendbench-smoke", op=op, suite="smoke", source=aten_source(op), options=options
         )
@@ -74,15 +82,21 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=3, help="times each op is sent")
     parser.add_argument("--mps", choices=["off", "on"], default="off", help="the service's MPS setting")
     parser.add_argument("--profile", action="store_true", help="then the same batch again, profiled")
+    parser.add_argument(
+        "--pairs",
+        default="",
+        help="comma-separated perf_processes values, a batch each [default: the service's]",
+    )
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     ops = args.ops.split(",")
     rows: list[dict[str, Any]] = []
     with start_server(make_app(make_service(mps=args.mps))) as server:
-        for profile in (False, True) if args.profile else (False,):
+        pairs = [int(p) for p in args.pairs.split(",") if p] or [None]
+        for profile, n in [(p, n) for p in ((False, True) if args.profile else (False,)) for n in pairs]:
             t0 = time.perf_counter()
-            results = anyio.run(batch, server.url, ops, args.requests, profile)
-            print(f"profile={profile} batch {time.perf_counter() - t0:.1f}s", flush=True)
+            results = anyio.run(batch, server.url, ops, args.requests, profile, n)
+            print(f"profile={profile} pairs={n} batch {time.perf_counter() - t0:.1f}s", flush=True)
             for result in results:
                 print("\n".join(describe(result)), flush=True)
             rows += results
