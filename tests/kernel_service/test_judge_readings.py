@@ -17,6 +17,7 @@ from kernel_service.judging.harness import HarnessError, probe_environment
 from kernel_service.judging.judging import (
     COPY_ABS_MS,
     COPY_REL,
+    LEVEL_MATCH_MS,
     LONE_ABS_MS,
     LONE_NOISE_CAP_MS,
     LONE_NOISE_Z,
@@ -381,5 +382,29 @@ def test_a_new_pair_forks_both_sides_afresh_and_loads_them(judge: Judge) -> None
         run.spawn["load"] = {"reference": load, "candidate": {**load, "function": "absent"}}
         with pytest.raises(HarnessError, match="defines no function `absent`"):
             run.start_pair()  # a side that refuses its load is that side's error
+    finally:
+        run.close()
+
+
+def test_long_calls_keep_the_reference_where_it_is(judge: Judge) -> None:
+    """Under MPS, where both sides' calls take ``LEVEL_MATCH_MS`` or more, the reference is timed in its
+    first process: the two path levels move such a call by at most 0.4%, and forking it to the candidate's
+    took 0.65 s a level-1 job. (Shorter calls fork, which needs a GPU: the GPU tests.)"""
+    job = Path(tempfile.mkdtemp(prefix="job-", dir=judge.tmp))
+    run = Run(judge, job / "job", torch.device("cpu"), timeout_s=120)
+    build = job / "build"
+    build.mkdir()
+    load = {"op": "load_fn", "source": KERNELS, "function": "double"}
+    setup = {"op": "setup", "device": "cpu", "build_dir": str(build)}
+    run.spawn = {"build_dir": str(build), "setup": setup, "load": {"reference": load, "candidate": load}}
+    try:
+        run.start_pair()
+        reference = run.sides["reference"]
+        run.end_candidate()
+        info = run.reference_at(0.0066, LEVEL_MATCH_MS, str(build), setup, load)
+        assert info["reference_forks"] == 0.0
+        assert run.sides["reference"] is reference and reference.alive and run.companion is None
+        out = run.call("reference", [torch.ones(4)]).out  # the first process still answers
+        assert torch.equal(unwrap(out), torch.full((4,), 2.0))
     finally:
         run.close()

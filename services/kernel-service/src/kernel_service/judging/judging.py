@@ -319,9 +319,9 @@ class Run:
         fewer on the daemon reads faster. With the predecessor killed, a 1x128 add against itself read
         0.79-1.08x, median 0.90, over 14 jobs (the candidate slower in most); with it kept, 1.003 median
         (0.81-1.20) over 60 pairs (H100)."""
-        base = self.judge.gpu_timer(self.device)
         if call_ms >= LEVEL_MATCH_MS:
             return {**self.level_info, "reference_forks": 0.0}
+        base = self.judge.gpu_timer(self.device)
         ms, forks, t0 = 0.0, 0, time.perf_counter()
         while forks < MODE_FORKS:
             forks += 1
