@@ -207,7 +207,7 @@ def _time_block(
         kernel_null = own_level(run.candidate_null_ms, after_ms)
     run.end_candidate()
     warmed = False  # the reference's warm-up done in the process it is timed in
-    if kernel_null is not None:  # the op timed in a process at the candidate's level
+    if kernel_null is not None:  # the op timed at the candidate's level, unless every call is long
         calls = [
             statistics.median(net(raw, kernel_null, sizes[j])) for j, raw in enumerate(kernel_raw) if raw
         ]
