@@ -507,9 +507,8 @@ def _time(
     run.end_candidate()
     mode_info: dict[str, float] = {}
     ref_warm: tuple[list[float], list[float]] | None = None  # the reference's warm-up, where it stays
-    if (
-        new_level is not None
-    ):  # the reference timed at the candidate's level, unless both sides' calls are long
+    # the reference timed at the candidate's level, unless both sides' calls are long
+    if new_level is not None:
         ref_warm = warm("reference", n)  # how long its calls are, in its first process
         ref_call = (min(ref_warm[0]) - base.null_ms) / n if ref_warm[0] else 0.0
         new_call = statistics.median(_per_call(new_raw, new_level))
