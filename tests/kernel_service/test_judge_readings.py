@@ -362,7 +362,9 @@ def test_pooled_pairs_read_each_side_as_the_mean_of_the_pairs_medians() -> None:
     assert "2 fresh pairs" in got["method"]
 
 
-def test_a_new_pair_forks_both_sides_afresh_and_loads_them(judge: Judge) -> None:
+@pytest.fixture()
+def paired(judge: Judge) -> Iterator[Run]:
+    """A job whose two sides are started by :meth:`Run.start_pair`, both loading ``double``."""
     job = Path(tempfile.mkdtemp(prefix="job-", dir=judge.tmp))
     run = Run(judge, job / "job", torch.device("cpu"), timeout_s=120)
     build = job / "build"
@@ -372,39 +374,37 @@ def test_a_new_pair_forks_both_sides_afresh_and_loads_them(judge: Judge) -> None
                  "load": {"reference": load, "candidate": load}}  # fmt: skip
     try:
         run.start_pair()
-        first = dict(run.sides)
-        run.start_pair()
-        assert all(not side.alive for side in first.values())  # the old pair is gone
-        assert {r: s.pid for r, s in run.sides.items()}.keys() == {"reference", "candidate"}
-        assert all(run.sides[r].pid != first[r].pid for r in first)
-        out = run.call("candidate", [torch.ones(4)]).out
-        assert torch.equal(unwrap(out), torch.full((4,), 2.0))  # loaded as the first pair was
-        run.spawn["load"] = {"reference": load, "candidate": {**load, "function": "absent"}}
-        with pytest.raises(HarnessError, match="defines no function `absent`"):
-            run.start_pair()  # a side that refuses its load is that side's error
+        yield run
     finally:
         run.close()
 
 
-def test_long_calls_keep_the_reference_where_it_is(judge: Judge) -> None:
+def test_a_new_pair_forks_both_sides_afresh_and_loads_them(paired: Run) -> None:
+    run = paired
+    first = dict(run.sides)
+    run.start_pair()
+    assert all(not side.alive for side in first.values())  # the old pair is gone
+    assert {r: s.pid for r, s in run.sides.items()}.keys() == {"reference", "candidate"}
+    assert all(run.sides[r].pid != first[r].pid for r in first)
+    out = run.call("candidate", [torch.ones(4)]).out
+    assert torch.equal(unwrap(out), torch.full((4,), 2.0))  # loaded as the first pair was
+    load = run.spawn["load"]["candidate"]
+    run.spawn["load"] = {"reference": load, "candidate": {**load, "function": "absent"}}
+    with pytest.raises(HarnessError, match="defines no function `absent`"):
+        run.start_pair()  # a side that refuses its load is that side's error
+
+
+def test_long_calls_keep_the_reference_where_it_is(paired: Run) -> None:
     """Under MPS, where both sides' calls take ``LEVEL_MATCH_MS`` or more, the reference is timed in its
     first process: the two path levels move such a call by at most 0.4%, and forking it to the candidate's
     took 0.65 s a level-1 job. (Shorter calls fork, which needs a GPU: the GPU tests.)"""
-    job = Path(tempfile.mkdtemp(prefix="job-", dir=judge.tmp))
-    run = Run(judge, job / "job", torch.device("cpu"), timeout_s=120)
-    build = job / "build"
-    build.mkdir()
-    load = {"op": "load_fn", "source": KERNELS, "function": "double"}
-    setup = {"op": "setup", "device": "cpu", "build_dir": str(build)}
-    run.spawn = {"build_dir": str(build), "setup": setup, "load": {"reference": load, "candidate": load}}
-    try:
-        run.start_pair()
-        reference = run.sides["reference"]
-        run.end_candidate()
-        info = run.reference_at(0.0066, LEVEL_MATCH_MS, str(build), setup, load)
-        assert info["reference_forks"] == 0.0
-        assert run.sides["reference"] is reference and reference.alive and run.companion is None
-        out = run.call("reference", [torch.ones(4)]).out  # the first process still answers
-        assert torch.equal(unwrap(out), torch.full((4,), 2.0))
-    finally:
-        run.close()
+    run, spawn = paired, paired.spawn
+    reference = run.sides["reference"]
+    run.end_candidate()
+    info = run.reference_at(
+        0.0066, LEVEL_MATCH_MS, spawn["build_dir"], spawn["setup"], spawn["load"]["reference"]
+    )
+    assert info["reference_forks"] == 0.0
+    assert run.sides["reference"] is reference and reference.alive and run.companion is None
+    out = run.call("reference", [torch.ones(4)]).out  # the first process still answers
+    assert torch.equal(unwrap(out), torch.full((4,), 2.0))
