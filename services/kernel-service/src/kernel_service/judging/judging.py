@@ -291,8 +291,11 @@ class Run:
             side.kill()
 
     def _level(self, base: GpuTimer, role: str) -> float:
-        """The path's level (ms) through ``role``'s process now: ``MODE_NULL_CALLS`` null calls."""
-        return calibrate(self, base, self.timers[role], self._probe(), readings=MODE_NULL_CALLS, probe=True)
+        """The path's level (ms) through ``role``'s process now: ``MODE_NULL_CALLS`` null calls (asked of
+        that process, in its arena: another side's timer waits for a *done* that never comes)."""
+        return calibrate(
+            self, base, self.timers[role], self._probe(), role=role, readings=MODE_NULL_CALLS, probe=True
+        )
 
     def _probe(self) -> list[tuple[list[Any], dict[str, Any]]]:
         """What a null call that measures a process's level is given: one element of ours."""

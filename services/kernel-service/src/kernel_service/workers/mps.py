@@ -19,8 +19,9 @@ under 10 us is timed in eight fresh process pairs (``kernelbench.judge._pairs``)
 this rule: every reading-calls cheat within 0.91-1.01x of the honest rewrite, fidelity 10 of 10 within
 bounds, the adversarial run 19/19, level 1 98/100 within 0.98-1.02 (2.41 s an evaluation), and a 1x128 add
 on a busy host within 4.0% of idle and of an independent timer; on a 2x H200 host both GPUs judge
-correctly. It stays off by default: the BackendBench self-check misses (softmax and mm read up to ~7% low
-for stretches of a worker's life; more process pairs do not help) (BENCHMARKS.md, issue 30).
+correctly. It stays off by default: the BackendBench self-check misses. Each side process sits in one of
+two modes for real calls (~1.1 us apart on mm), which neither level probe sees, and one role keeps the slow
+mode for a service's life (mm 0.93-1.09 over six services; BENCHMARKS.md, issue 30).
 
 The daemon gets its own pipe and log dirs under the service's work dir, so it touches no other MPS user of
 the host; the eval workers find it through ``CUDA_MPS_PIPE_DIRECTORY``. Under MPS a fatal GPU fault of one
