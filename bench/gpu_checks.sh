@@ -10,9 +10,11 @@
 #                                            build_paths (issue 34: one fast build's ninja targets)
 #                                            batch (issue 34: the fast-build batch; AB_SRC for a second tree), batch_plain
 #                                            mps_spread (issue 30: one kernel's time job after job, MPS on/off, sandboxed or not)
+#                                            selfcheck (issue 30: smoke ops against themselves on SERVICES fresh services in turn)
 # Knobs: BATCH_N, AB_SRC, BUILD_OPTIONS, BUILD_PARALLEL (builds of one option at once), COMPILE_ARGS (e.g. --task-ids-from F),
 # MPS=on (every step under the service's MPS daemon: the bench scripts' --mps, KS_MPS for the tests and the
-# runners' embedded services), STORM_S, BB_ARGS.
+# runners' embedded services), STORM_S, BB_ARGS, SERVICES and OPS (selfcheck), OWN_BASELINE=1 (BackendBench reads a
+# kernel against the op timed in its own process before it loads: KS_OWN_BASELINE).
 #
 # With no STEP: tests adversarial fidelity backendbench level1. Each step's command and what it measures are
 # in BENCHMARKS.md (the BackendBench step includes the timing self-check, each smoke op against itself).
@@ -37,6 +39,7 @@ export PYTHONPATH=$PWD/src:$PWD/services/kernel-service/src:$PWD/runners/backend
 export PYTHONUNBUFFERED=1
 MPS=${MPS:-${KS_MPS:-off}}
 export KS_MPS=$MPS
+[ -n "${OWN_BASELINE:-}" ] && export KS_OWN_BASELINE=$OWN_BASELINE
 INDEX=bench/results/opinfo_index_h100_torch2.11.json  # skips a ~44 s rebuild when the torch matches
 steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(tests adversarial fidelity backendbench level1)
@@ -83,6 +86,11 @@ open('/tmp/ks_ref.py', 'w').write(G.REF_FUSED); open('/tmp/ks_sol.py', 'w').writ
     builds)  # cold load_inline build times of the example CUDA solutions under each build option
       step builds 560 python3 bench/build_speed.py --examples --options ${BUILD_OPTIONS:-plain,pch,light,both} --parallel ${BUILD_PARALLEL:-1} \
         --out "$OUT/builds.json" ;;
+    selfcheck)  # a side's mode for real calls lasts its service's life (BENCHMARKS.md, nineteenth session): several services
+      for k in $(seq "${SERVICES:-3}"); do
+        step "selfcheck_$k" 150 python3 bench/selfcheck_probe.py --ops "${OPS:-softmax,mm,add}" --requests 2 --mps "$MPS" \
+          --out "$OUT/selfcheck_$k.json"
+      done ;;
     mps_spread) step mps_spread 420 python3 bench/mps_spread_probe.py --jobs 5 --out "$OUT/mps_spread.json" ;;
     batch)  # issue 34: distinct CUDA solutions at once with fast builds; AB_SRC=DIR runs the same batch again on
       # another tree's service code, on the same host (`git archive REV src services/kernel-service/src | tar -x -C DIR`,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ use_sources("backendbench-runner")
 import anyio  # noqa: E402
 from backendbench_runner.baselines import aten_source  # noqa: E402
 from backendbench_runner.service import make_service  # noqa: E402
+from kernel_service.backendbench.performance import OWN_BASELINE_ENV  # noqa: E402
 from kernel_service.backendbench.schemas import BackendBenchEvalRequest  # noqa: E402
 
 from benchmark_runner.client import ServiceClient  # noqa: E402
@@ -27,7 +29,7 @@ from benchmark_runner.service import make_app  # noqa: E402
 from benchmark_runner.service.server import start_server  # noqa: E402
 
 #: The gate's keys that say where each side's process sat and how the pairs agreed.
-GATE_KEYS = ("level", "null", "forks", "swaps", "pair", "mode")
+GATE_KEYS = ("level", "null", "forks", "swaps", "pair", "mode", "own")
 
 
 async def batch(
@@ -87,8 +89,15 @@ def main() -> None:
         default="",
         help="comma-separated perf_processes values, a batch each [default: the service's]",
     )
+    parser.add_argument(
+        "--own-baseline",
+        action="store_true",
+        help="the op timed in the candidate's process before the kernel loads (KS_OWN_BASELINE=1)",
+    )
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
+    if args.own_baseline:  # the service's workers take it from here
+        os.environ[OWN_BASELINE_ENV] = "1"
     ops = args.ops.split(",")
     rows: list[dict[str, Any]] = []
     with start_server(make_app(make_service(mps=args.mps))) as server:

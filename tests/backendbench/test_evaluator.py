@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -220,6 +221,69 @@ def test_performance_is_timed_in_fresh_pairs_of_processes_and_each_pairs_outputs
     assert forked.count("candidate") == 2
     with pytest.raises(ValidationError, match="perf_processes"):
         run("relu", CORRECT_RELU, perf_processes=0)
+
+
+#: Correct, and 20 ms slower than the op on every call.
+SLOW_RELU = """
+import time
+import torch
+def relu_kernel_impl(x):
+    time.sleep(0.02)
+    return torch.where(x < 0, torch.zeros((), dtype=x.dtype, device=x.device), x)
+"""
+
+
+@pytest.fixture
+def own_baseline(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, float | None]]:
+    """``OWN_BASELINE_ENV`` on; what the judge asked of each side, in order: a call of the op or of the
+    side's callable (with its time where it was a timed reading, not a warm-up), or the kernel's import."""
+    from kernel_service.backendbench.performance import OWN_BASELINE_ENV
+    from kernel_service.judging.judging import Run
+
+    monkeypatch.setenv(OWN_BASELINE_ENV, "1")
+    asked: list[tuple[str, str, float | None]] = []
+    calls, ask = Run.calls, Run.ask
+
+    def spy_calls(
+        self: Run, role: str, sets: Any, timer: Any, extra: Any = None, patient: bool = True
+    ) -> Any:
+        call = calls(self, role, sets, timer, extra, patient)
+        asked.append(
+            (role, "op" if extra and "overload" in extra else "callable", call.ms if patient else None)
+        )
+        return call
+
+    def spy_ask(self: Run, role: str, msg: dict[str, Any], fd: int | None = None) -> Any:
+        if msg.get("op") == "load_fn":
+            asked.append((role, "load", None))
+        return ask(self, role, msg, fd)
+
+    monkeypatch.setattr(Run, "calls", spy_calls)
+    monkeypatch.setattr(Run, "ask", spy_ask)
+    return asked
+
+
+def test_an_own_baseline_times_the_op_in_the_candidates_process_before_its_kernel_is_imported(
+    own_baseline: list[tuple[str, str, float | None]], forked: list[str]
+) -> None:
+    r = run("relu", SLOW_RELU, perf_processes=1)
+    assert r["outcome"] == "correct"
+    assert forked.count("candidate") == 2  # the checks' process, then a fresh one for the timing
+    asked = [(role, kind) for role, kind, _ in own_baseline]
+    timing = asked[asked.index(("candidate", "load")) + 1 :]  # after the checks' import
+    load = timing.index(("candidate", "load"))
+    assert {c for c in timing[:load] if c[0] == "candidate"} == {("candidate", "op")}
+    assert ("candidate", "callable") in timing[load:] and ("candidate", "op") not in timing[load:]
+    assert ("reference", "op") in timing  # the reference process still checks every timed output
+    perf = [i for i in r["inputs"] if i["kind"] == "performance"]
+    # each input's op time is the median of its readings in the candidate's process (a reading each, in turn)
+    op_ms = [ms for role, kind, ms in own_baseline if (role, kind) == ("candidate", "op") and ms is not None]
+    readings = [op_ms[j :: len(perf)] for j in range(len(perf))]
+    assert [i["ref_ms"] for i in perf] == pytest.approx([statistics.median(x) for x in readings])
+    assert all(i["speedup"] < 0.5 for i in perf)  # the kernel sleeps 20 ms a call
+    own_baseline.clear()
+    r = run("relu", RIGHT_ONLY_IN_ITS_FIRST_PROCESS, perf_processes=1)
+    assert r["outcome"] == "incorrect"  # imported again for the timing: its timed outputs are wrong
 
 
 def test_the_index_is_trusted_for_its_torch_release_whatever_the_build_label(

@@ -9,8 +9,9 @@ once a kernel is correct on every input.
 from __future__ import annotations
 
 import math
+import os
 import statistics
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -54,6 +55,13 @@ def _shapes(case: Case) -> Iterator[tuple[Any, ...]]:
 #: self-check's timing report, ``pair_sd_*_pct``: 0.4-2.1%): the mean over several processes is what makes
 #: an op read within +-2% of itself.
 PERF_PROCESSES = 5
+#: Set to 1: each pair also times the op in the candidate's process before the kernel is imported there, and
+#: the kernel is read against that (an experiment's choice for MPS until measured; BENCHMARKS.md, issue 30).
+#: Why: a side process sits in one of two modes for real calls (~1.1 us apart on mm, 10% of the call) that
+#: the level probes do not see, and one role kept the slow mode for a whole service's life: mm read
+#: 0.927-1.093 against itself over six services (H100). The op and the kernel read in one process share
+#: its mode; the submission's code is not in that process until the op's readings are taken.
+OWN_BASELINE_ENV = "KS_OWN_BASELINE"
 #: Readings of each input a pair takes at least (its share of ``perf_trials`` may be fewer): one process's
 #: readings spread only 0.1-0.4%, so a few a process do, and each costs a fresh set of inputs per call.
 PAIR_MIN_READINGS = 3
@@ -85,16 +93,23 @@ def time_cases(
     sizes: list[int] | None = None
     blocks: list[Block] = []
     mps = run.device.type == "cuda" and under_mps()
+    own = os.environ.get(OWN_BASELINE_ENV) == "1"
+
+    def load() -> None:
+        if (failed := load_kernel(sides, prep.req, prep.base)) is not None:
+            raise HarnessError(Outcome.EXECUTION_FAILURE, failed.feedback)
+
     for p in range(pairs):
         # a fresh pair: the kernel imported anew, the op in a new reference process; under MPS the first
-        # pair too, the candidate's level measured before its kernel is imported (``judging.own_level``)
-        if p or mps:
+        # pair too, the candidate's level measured before its kernel is imported (``judging.own_level``), and
+        # with an own baseline, the op timed in the candidate's process before then
+        if p or mps or own:
             sides.start("reference", "candidate")
             if mps:
                 run.bind_before_load(sides.build_dir, sides.setup)
-            if (failed := load_kernel(sides, prep.req, prep.base)) is not None:
-                raise HarnessError(Outcome.EXECUTION_FAILURE, failed.feedback)
-        block, sizes = _time_block(sides, prep, cases, sizes, pairs)
+            if not own:
+                load()
+        block, sizes = _time_block(sides, prep, cases, sizes, pairs, load if own else None)
         blocks.append(block)
     bad = {j: why for b in reversed(blocks) for j, why in b.bad.items()}
     for j, result in enumerate(results):
@@ -139,10 +154,18 @@ def _spread(blocks: list[Block]) -> dict[str, float]:
 
 
 def _time_block(
-    sides: Sides, prep: Prepared, cases: list[Case], sizes: list[int] | None, share: int
+    sides: Sides,
+    prep: Prepared,
+    cases: list[Case],
+    sizes: list[int] | None,
+    share: int,
+    load: Callable[[], None] | None = None,
 ) -> tuple[Block, list[int]]:
     """One pair's readings: ``1/share`` of each input's, the candidate's first (its process then killed),
-    then the op's. ``sizes``: the calls a reading of each input holds (None: chosen now, from the op)."""
+    then the op's. ``sizes``: the calls a reading of each input holds (None: chosen now, from the op).
+    ``load``: the kernel is not yet imported; the op is first timed in the candidate's process, then
+    ``load`` imports the kernel, and the kernel is read against the op's readings from its own process
+    (``OWN_BASELINE_ENV``); the reference process still checks every timed output."""
     run, opts = sides.run, prep.req.options
     base: GpuTimer | CpuTimer = run.judge.gpu_timer(run.device) if run.device.type == "cuda" else CpuTimer()
     mps = isinstance(base, GpuTimer) and under_mps()
@@ -167,30 +190,39 @@ def _time_block(
     ]
     seeds = [[fresh_seed() for _ in range(max(sizes))] for _ in range(max(counts))]
 
-    def warm_up(role: str) -> float:
-        """Each input's warm-up readings; the shortest call among them (ms, less the judge's null)."""
+    def warm_up(role: str, as_op: bool = False) -> float:
+        """Each input's warm-up readings; the shortest call among them (ms, less the judge's null).
+        ``as_op``: the op called, not the side's callable (the reference always calls the op)."""
         shortest = math.inf
         for j, case in enumerate(cases):
             for _ in range(math.ceil(opts.warmup / sizes[j])):
                 call = run.calls(role, [(list(case.args), case.kwargs)] * sizes[j], timers[role],
-                                 op[j] if role == "reference" else None, patient=False)  # fmt: skip
+                                 op[j] if role == "reference" or as_op else None, patient=False)  # fmt: skip
                 if call.ms is not None:
                     shortest = min(shortest, (call.ms - base.null_ms) / sizes[j])
         return shortest
 
-    def timed(role: str, i: int) -> Iterator[tuple[int, Call]]:
+    def timed(role: str, i: int, as_op: bool = False) -> Iterator[tuple[int, Call]]:
         """Reading ``i`` of each input: its calls on values of their own, fresh from their seeds."""
         live = [j for j in range(len(cases)) if i < counts[j]]
         fresh = [_rebuild_perf(prep, seed) for seed in seeds[i][: max(sizes[j] for j in live)]]
         for j in live:
             k = where[j]
             sets = [(list(f[k].args), f[k].kwargs) for f in fresh[: sizes[j]]]
-            yield j, run.calls(role, sets, timers[role], op[j] if role == "reference" else None)
+            yield j, run.calls(role, sets, timers[role], op[j] if role == "reference" or as_op else None)
 
     kernel_raw: list[list[float]] = [[] for _ in cases]
     copies: dict[str, list[list[float]]] = {role: [[] for _ in cases] for role in ("candidate", "reference")}
     outs: list[list[list[Any]]] = [[] for _ in cases]
     host_timed = {"candidate": 0, "reference": 0}  # timed readings that missed the longest gate
+    own_raw: list[list[float]] = [[] for _ in cases]  # the op in the candidate's process (``load``)
+    if load is not None:
+        warm_up("candidate", as_op=True)
+        for i in range(len(seeds)):
+            for j, call in timed("candidate", i, as_op=True):
+                assert call.ms is not None
+                own_raw[j].append(call.ms)
+        load()
     warm_up("candidate")
     for i in range(len(seeds)):
         for j, call in timed("candidate", i):
@@ -233,6 +265,14 @@ def _time_block(
     ref = [net(ref_raw[j], null_ms, sizes[j]) for j in range(len(cases))]
     kernel_null = null_ms if kernel_null is None else kernel_null
     kernel = [net(kernel_raw[j], kernel_null, sizes[j]) for j in range(len(cases))]
+    own_info: dict[str, float] = {}
+    if load is not None:  # the op's time from the candidate's process; the reference process's only reported
+        own = [net(own_raw[j], kernel_null, sizes[j]) for j in range(len(cases))]
+        if own and own[0] and ref[0]:
+            own_info["own_baseline_vs_reference_pct"] = round(
+                100 * (statistics.median(own[0]) / statistics.median(ref[0]) - 1), 3
+            )
+        ref = own
     raised = 0
     if mps:  # work outliving *done* (``judging.copy_bound``)
         for j in range(len(cases)):
@@ -250,5 +290,6 @@ def _time_block(
                 "host_timed_readings": float(host_timed["candidate"]),
                 "host_timed_reference_readings": float(host_timed["reference"]),
                 "copy_bound_readings": float(raised),
-                **({"candidate_level_us": round(kernel_null * 1e3, 2), **mode_info} if mps else {})}  # fmt: skip
+                **({"candidate_level_us": round(kernel_null * 1e3, 2), **mode_info} if mps else {}),
+                **own_info}  # fmt: skip
     return Block(kernel, ref, bad, gate), sizes
