@@ -267,7 +267,10 @@ def _time_block(
     kernel = [net(kernel_raw[j], kernel_null, sizes[j]) for j in range(len(cases))]
     own_info: dict[str, float] = {}
     if load is not None:  # the op's time from the candidate's process; the reference process's only reported
-        own = [net(own_raw[j], kernel_null, sizes[j]) for j in range(len(cases))]
+        # against the level from before the kernel's import: a kernel that lowers the level after it (a
+        # *done* before *go*) raises its own time, never the op's (a slow kernel would gain from both rising)
+        before = run.candidate_null_ms if run.candidate_null_ms is not None else kernel_null
+        own = [net(own_raw[j], before, sizes[j]) for j in range(len(cases))]
         if own and own[0] and ref[0]:
             own_info["own_baseline_vs_reference_pct"] = round(
                 100 * (statistics.median(own[0]) / statistics.median(ref[0]) - 1), 3
