@@ -286,6 +286,19 @@ def test_an_own_baseline_times_the_op_in_the_candidates_process_before_its_kerne
     assert r["outcome"] == "incorrect"  # imported again for the timing: its timed outputs are wrong
 
 
+def test_the_timing_report_gives_every_pairs_own_baseline_against_the_reference() -> None:
+    from kernel_service.backendbench.performance import OWN_KEY, Block, _spread
+
+    def pair(own_pct: float | None) -> Block:
+        gate = {"null_us": 6.7} if own_pct is None else {"null_us": 6.7, OWN_KEY: own_pct}
+        return Block(kernel=[[1.0, 1.1, 0.9]], ref=[[2.0, 2.0, 2.2]], bad={}, gate=gate)
+
+    spread = _spread([pair(1.0), pair(-9.0), pair(2.0)])
+    assert spread[OWN_KEY] == pytest.approx(-2.0) and spread[f"{OWN_KEY}_widest"] == -9.0  # the mode's pair
+    assert spread["pair_sd_kernel_pct"] == 0.0 and spread["reading_sd_pct"] > 0
+    assert OWN_KEY not in _spread([pair(None), pair(None)])  # no own baseline: nothing said of it
+
+
 def test_the_index_is_trusted_for_its_torch_release_whatever_the_build_label(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
