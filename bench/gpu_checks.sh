@@ -13,7 +13,7 @@
 #                                            selfcheck (issue 30: smoke ops against themselves on SERVICES fresh services in turn)
 # Knobs: BATCH_N, AB_SRC, BUILD_OPTIONS, BUILD_PARALLEL (builds of one option at once), COMPILE_ARGS (e.g. --task-ids-from F),
 # MPS=on (every step under the service's MPS daemon: the bench scripts' --mps, KS_MPS for the tests and the
-# runners' embedded services), STORM_S, BB_ARGS, SERVICES and OPS (selfcheck), OWN_BASELINE=1 (BackendBench reads a
+# runners' embedded services), STORM_S, BB_ARGS, SERVICES, OPS and CALL=overload (selfcheck), OWN_BASELINE=1 (BackendBench reads a
 # kernel against the op timed in its own process before it loads: KS_OWN_BASELINE).
 #
 # With no STEP: tests adversarial fidelity backendbench level1. Each step's command and what it measures are
@@ -88,7 +88,7 @@ open('/tmp/ks_ref.py', 'w').write(G.REF_FUSED); open('/tmp/ks_sol.py', 'w').writ
         --out "$OUT/builds.json" ;;
     selfcheck)  # a side's mode for real calls lasts its service's life (BENCHMARKS.md, nineteenth session): several services
       for k in $(seq "${SERVICES:-3}"); do
-        step "selfcheck_$k" 150 python3 bench/selfcheck_probe.py --ops "${OPS:-softmax,mm,add}" --requests 2 --mps "$MPS" \
+        step "selfcheck_$k" 150 python3 bench/selfcheck_probe.py --ops "${OPS:-softmax,mm,add}" --requests 2 --mps "$MPS" --call "${CALL:-packet}" \
           --out "$OUT/selfcheck_$k.json"
       done ;;
     mps_spread) step mps_spread 420 python3 bench/mps_spread_probe.py --jobs 5 --out "$OUT/mps_spread.json" ;;

@@ -19,8 +19,9 @@ from _sources import use_sources  # bench/ (the script's dir) is on sys.path
 use_sources("backendbench-runner")
 
 import anyio  # noqa: E402
-from backendbench_runner.baselines import aten_source  # noqa: E402
+from backendbench_runner.baselines import aten_source, function_name  # noqa: E402
 from backendbench_runner.service import make_service  # noqa: E402
+from kernel_service.backendbench.catalog import FAMILIES  # noqa: E402
 from kernel_service.backendbench.performance import OWN_BASELINE_ENV  # noqa: E402
 from kernel_service.backendbench.schemas import BackendBenchEvalRequest  # noqa: E402
 
@@ -32,11 +33,37 @@ from benchmark_runner.service.server import start_server  # noqa: E402
 GATE_KEYS = ("level", "null", "forks", "swaps", "pair", "mode", "own")
 
 
+def overload_source(op: str) -> str:
+    """The op as a kernel that calls its default overload (the one the judge's op calls on the
+    performance input), the packet only where that overload does not take the arguments: it tells the
+    packet's own call cost from the rest of a self-check's offset."""
+    fast = FAMILIES[op][1].removeprefix("aten.")
+    return (
+        aten_source(op)
+        .replace(
+            "    return torch.ops.aten.",
+            "    try:\n        return _FAST(*args, **kwargs)\n    except Exception:\n        return torch.ops.aten.",
+        )
+        .replace("import torch\n", f"import torch\n\n_FAST = torch.ops.aten.{fast}\n", 1)
+    )
+
+
+def direct_source(op: str) -> str:
+    """The kernel *is* the op's default overload, no Python frame of its own: against itself it reads the
+    judge's path alone (an op whose smoke inputs need another overload fails its correctness)."""
+    return f"import torch\n\n{function_name(op)} = torch.ops.{FAMILIES[op][1]}\n"
+
+
+SOURCES = {"packet": aten_source, "overload": overload_source, "direct": direct_source}
+
+
 async def batch(
-    url: str, ops: list[str], requests: int, profile: bool, pairs: int | None
+    url: str, ops: list[str], requests: int, profile: bool, pairs: int | None, call: str = "packet"
 ) -> list[dict[str, Any]]:
     """Each op timed against itself (its kernel is the op, the detector off), ``requests`` times, one batch;
-    ``pairs``: the processes' pairs (``perf_processes``; None: the service's default)."""
+    ``pairs``: the processes' pairs (``perf_processes``; None: the service's default); ``call``: the kernel
+    calls the op's packet (as ``--model aten`` does), its overload (:func:`overload_source`) or is the
+    overload itself (:func:`direct_source`)."""
     reqs = []
     for op in ops:
         options = {
@@ -46,7 +73,11 @@ async def batch(
             "perf_processes": pairs,
         }
         request = BackendBenchEvalRequest(
-            dataset="backendbench-smoke", op=op, suite="smoke", source=aten_source(op), options=options
+            dataset="backendbench-smoke",
+            op=op,
+            suite="smoke",
+            source=SOURCES[call](op),
+            options=options,
         )
         reqs += [{"kind": "backendbench", **request.model_dump(mode="json")}] * requests
     async with ServiceClient(url, retries=0, timeout=3600) as client:
@@ -94,6 +125,12 @@ def main() -> None:
         action="store_true",
         help="the op timed in the candidate's process before the kernel loads (KS_OWN_BASELINE=1)",
     )
+    parser.add_argument(
+        "--call",
+        choices=sorted(SOURCES),
+        default="packet",
+        help="the kernel calls the op's packet or its default overload, or is that overload",
+    )
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     if args.own_baseline:  # the service's workers take it from here
@@ -104,7 +141,7 @@ def main() -> None:
         pairs = [int(p) for p in args.pairs.split(",") if p] or [None]
         for profile, n in [(p, n) for p in ((False, True) if args.profile else (False,)) for n in pairs]:
             t0 = time.perf_counter()
-            results = anyio.run(batch, server.url, ops, args.requests, profile, n)
+            results = anyio.run(batch, server.url, ops, args.requests, profile, n, args.call)
             print(f"profile={profile} pairs={n} batch {time.perf_counter() - t0:.1f}s", flush=True)
             for result in results:
                 print("\n".join(describe(result)), flush=True)
