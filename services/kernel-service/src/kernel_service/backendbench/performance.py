@@ -56,7 +56,8 @@ def _shapes(case: Case) -> Iterator[tuple[Any, ...]]:
 #: an op read within +-2% of itself.
 PERF_PROCESSES = 5
 #: Set to 1: each pair also times the op in the candidate's process before the kernel is imported there, and
-#: the kernel is read against that (an experiment's choice for MPS until measured; BENCHMARKS.md, issue 30).
+#: the kernel is read against that (opt-in until its adversarial and multi-GPU runs; BENCHMARKS.md, issue 30:
+#: under MPS the smoke ops then read 0.985-1.009 against themselves, 12 of 12 within 0.98-1.02).
 #: Why: a side process sits in one of two modes for real calls (~1.1 us apart on mm, 10% of the call) that
 #: the level probes do not see, and one role kept the slow mode for a whole service's life: mm read
 #: 0.927-1.093 against itself over six services (H100). The op and the kernel read in one process share
