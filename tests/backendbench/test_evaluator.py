@@ -234,28 +234,29 @@ def relu_kernel_impl(x):
 
 
 @pytest.fixture
-def own_baseline(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, float | None]]:
+def own_baseline(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, float | None, tuple[float, ...]]]:
     """``OWN_BASELINE_ENV`` on; what the judge asked of each side, in order: a call of the op or of the
-    side's callable (with its time where it was a timed reading, not a warm-up), or the kernel's import."""
+    side's callable (with its time where it was a timed reading, not a warm-up, and the sum of each
+    call's first input), or the kernel's import."""
     from kernel_service.backendbench.performance import OWN_BASELINE_ENV
     from kernel_service.judging.judging import Run
 
     monkeypatch.setenv(OWN_BASELINE_ENV, "1")
-    asked: list[tuple[str, str, float | None]] = []
+    asked: list[tuple[str, str, float | None, tuple[float, ...]]] = []
     calls, ask = Run.calls, Run.ask
 
     def spy_calls(
         self: Run, role: str, sets: Any, timer: Any, extra: Any = None, patient: bool = True
     ) -> Any:
         call = calls(self, role, sets, timer, extra, patient)
-        asked.append(
-            (role, "op" if extra and "overload" in extra else "callable", call.ms if patient else None)
-        )
+        kind = "op" if extra and "overload" in extra else "callable"
+        sums = tuple(float(args[0].sum()) for args, _ in sets) if patient else ()
+        asked.append((role, kind, call.ms if patient else None, sums))
         return call
 
     def spy_ask(self: Run, role: str, msg: dict[str, Any], fd: int | None = None) -> Any:
         if msg.get("op") == "load_fn":
-            asked.append((role, "load", None))
+            asked.append((role, "load", None, ()))
         return ask(self, role, msg, fd)
 
     monkeypatch.setattr(Run, "calls", spy_calls)
@@ -264,12 +265,12 @@ def own_baseline(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, float 
 
 
 def test_an_own_baseline_times_the_op_in_the_candidates_process_before_its_kernel_is_imported(
-    own_baseline: list[tuple[str, str, float | None]], forked: list[str]
+    own_baseline: list[tuple[str, str, float | None, tuple[float, ...]]], forked: list[str]
 ) -> None:
     r = run("relu", SLOW_RELU, perf_processes=1)
     assert r["outcome"] == "correct"
     assert forked.count("candidate") == 2  # the checks' process, then a fresh one for the timing
-    asked = [(role, kind) for role, kind, _ in own_baseline]
+    asked = [(role, kind) for role, kind, *_ in own_baseline]
     timing = asked[asked.index(("candidate", "load")) + 1 :]  # after the checks' import
     load = timing.index(("candidate", "load"))
     assert {c for c in timing[:load] if c[0] == "candidate"} == {("candidate", "op")}
@@ -278,12 +279,26 @@ def test_an_own_baseline_times_the_op_in_the_candidates_process_before_its_kerne
     perf = [i for i in r["inputs"] if i["kind"] == "performance"]
     # each input's op time is the median of its readings in the candidate's process (a reading each, in
     # turn), from the second of two sets: the first only settles the process (``SETTLE_KEY``)
-    op_ms = [ms for role, kind, ms in own_baseline if (role, kind) == ("candidate", "op") and ms is not None]
+    op_ms = [
+        ms for role, kind, ms, _ in own_baseline if (role, kind) == ("candidate", "op") and ms is not None
+    ]
     assert len(op_ms) % 2 == 0
     second = op_ms[len(op_ms) // 2 :]
     readings = [second[j :: len(perf)] for j in range(len(perf))]
     assert [i["ref_ms"] for i in perf] == pytest.approx([statistics.median(x) for x in readings])
     assert all(i["speedup"] < 0.5 for i in perf)  # the kernel sleeps 20 ms a call
+    # the op's values in the candidate's process are its own: none of them is a value the kernel is timed
+    # on, so nothing the op left behind answers the kernel's calls; the reference replays the kernel's
+    values = {
+        role_kind: set()
+        for role_kind in (("candidate", "op"), ("candidate", "callable"), ("reference", "op"))
+    }
+    for role, kind, ms, sums in own_baseline:
+        if ms is not None:
+            values[(role, kind)].update(sums)
+    assert values[("candidate", "op")] and values[("candidate", "callable")]
+    assert not values[("candidate", "op")] & values[("candidate", "callable")]
+    assert values[("candidate", "callable")] <= values[("reference", "op")]
     own_baseline.clear()
     r = run("relu", RIGHT_ONLY_IN_ITS_FIRST_PROCESS, perf_processes=1)
     assert r["outcome"] == "incorrect"  # imported again for the timing: its timed outputs are wrong

@@ -57,7 +57,9 @@ def _shapes(case: Case) -> Iterator[tuple[Any, ...]]:
 PERF_PROCESSES = 5
 #: Set to 1: each pair also times the op in the candidate's process before the kernel is imported there, and
 #: the kernel is read against that (opt-in until its adversarial and multi-GPU runs; BENCHMARKS.md, issue 30:
-#: under MPS the smoke ops then read 0.985-1.009 against themselves, 12 of 12 within 0.98-1.02).
+#: under MPS the smoke ops then read 0.985-1.009 against themselves, 12 of 12 within 0.98-1.02). The op
+#: is called there on values of its own, and the kernel's copy bound is its copies (``judging.copy_bound``);
+#: the reference's process then only checks every timed output, so it is not moved to the candidate's level.
 #: Why: a side process sits in one of two modes for real calls (~1.1 us apart on mm, 10% of the call) that
 #: the level probes do not see, and one role kept the slow mode for a whole service's life: mm read
 #: 0.927-1.093 against itself over six services (H100). The op and the kernel read in one process share
@@ -206,7 +208,11 @@ def _time_block(
     counts = [
         max(math.ceil(reading_count(opts.perf_trials, size) / share), PAIR_MIN_READINGS) for size in sizes
     ]
-    seeds = [[fresh_seed() for _ in range(max(sizes))] for _ in range(max(counts))]
+
+    def draw() -> list[list[int]]:
+        return [[fresh_seed() for _ in range(max(sizes))] for _ in range(max(counts))]
+
+    seeds = draw()
 
     def warm_up(role: str, as_op: bool = False) -> float:
         """Each input's warm-up readings; the shortest call among them (ms, less the judge's null).
@@ -220,35 +226,45 @@ def _time_block(
                     shortest = min(shortest, (call.ms - base.null_ms) / sizes[j])
         return shortest
 
-    def timed(role: str, i: int, as_op: bool = False) -> Iterator[tuple[int, Call]]:
-        """Reading ``i`` of each input: its calls on values of their own, fresh from their seeds."""
+    def timed(
+        role: str, i: int, as_op: bool = False, drawn: list[list[int]] | None = None
+    ) -> Iterator[tuple[int, Call]]:
+        """Reading ``i`` of each input: its calls on values of their own, fresh from their seeds (``drawn``
+        instead of the kernel's and the reference's)."""
         live = [j for j in range(len(cases)) if i < counts[j]]
-        fresh = [_rebuild_perf(prep, seed) for seed in seeds[i][: max(sizes[j] for j in live)]]
+        fresh = [_rebuild_perf(prep, seed) for seed in (drawn or seeds)[i][: max(sizes[j] for j in live)]]
         for j in live:
             k = where[j]
             sets = [(list(f[k].args), f[k].kwargs) for f in fresh[: sizes[j]]]
             yield j, run.calls(role, sets, timers[role], op[j] if role == "reference" or as_op else None)
 
     kernel_raw: list[list[float]] = [[] for _ in cases]
-    copies: dict[str, list[list[float]]] = {role: [[] for _ in cases] for role in ("candidate", "reference")}
+    copies: dict[str, list[list[float]]] = {
+        role: [[] for _ in cases] for role in ("candidate", "reference", "own")
+    }
     outs: list[list[list[Any]]] = [[] for _ in cases]
     host_timed = {"candidate": 0, "reference": 0}  # timed readings that missed the longest gate
     levels: dict[str, float] = {}  # where the candidate's process sat over its life (report only)
 
-    def own_readings() -> list[list[float]]:
-        """Every reading of each input, the op called in the candidate's process."""
+    def own_readings() -> tuple[list[list[float]], list[list[float]]]:
+        """Every reading of each input, the op called in the candidate's process: the readings and the
+        judge's copies of their outputs. Its values are drawn apart from the kernel's: what the op left in
+        the process (freed blocks, arenas) holds no output the kernel will be asked for."""
         got: list[list[float]] = [[] for _ in cases]
-        for i in range(len(seeds)):
-            for j, call in timed("candidate", i, as_op=True):
+        copied: list[list[float]] = [[] for _ in cases]
+        own_seeds = draw()
+        for i in range(len(own_seeds)):
+            for j, call in timed("candidate", i, as_op=True, drawn=own_seeds):
                 assert call.ms is not None
                 got[j].append(call.ms)
-        return got
+                copied[j].append(call.copy_ms)
+        return got, copied
 
     own_raw: list[list[float]] = []  # the op in the candidate's process (``load``)
     if load is not None:
         warm_up("candidate", as_op=True)
-        settle = own_readings()  # only brings the process to where the kernel's readings will find it
-        own_raw = own_readings()
+        settle, _ = own_readings()  # only brings the process to where the kernel's readings will find it
+        own_raw, copies["own"] = own_readings()
         if settle and settle[0]:
             levels[SETTLE_KEY] = round(
                 100 * (statistics.median(own_raw[0]) / statistics.median(settle[0]) - 1), 3
@@ -272,7 +288,9 @@ def _time_block(
                    "candidate_after_us": round(after_ms * 1e3, 2)}  # fmt: skip
     run.end_candidate()
     warmed = False  # the reference's warm-up done in the process it is timed in
-    if kernel_null is not None:  # the op timed at the candidate's level, unless every call is long
+    # the op timed at the candidate's level, unless every call is long; with an own baseline neither the
+    # reference's time nor its copies decide anything, so its process is not moved there (~0.3 s a pair)
+    if kernel_null is not None and load is None:
         calls = [
             statistics.median(net(raw, kernel_null, sizes[j])) for j, raw in enumerate(kernel_raw) if raw
         ]
@@ -309,10 +327,12 @@ def _time_block(
         own_info |= levels
         ref = own
     raised = 0
-    if mps:  # work outliving *done* (``judging.copy_bound``)
+    if mps:  # work outliving *done* (``judging.copy_bound``), against the op's copies in the process its
+        # time came from (with an own baseline, the candidate's, before the import)
+        against = copies["own" if load is not None else "reference"]
         for j in range(len(cases)):
             copied = [ms + c for ms, c in zip(kernel_raw[j], copies["candidate"][j], strict=True)]
-            ref_copy = statistics.median(copies["reference"][j]) if copies["reference"][j] else 0.0
+            ref_copy = statistics.median(against[j]) if against[j] else 0.0
             kernel[j], k = copy_bound(kernel[j], net(copied, kernel_null, sizes[j]), ref_copy)
             raised += k
     try:
