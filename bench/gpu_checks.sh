@@ -11,6 +11,7 @@
 #                                            batch (issue 34: the fast-build batch; AB_SRC for a second tree), batch_plain
 #                                            mps_spread (issue 30: one kernel's time job after job, MPS on/off, sandboxed or not)
 #                                            selfcheck (issue 30: smoke ops against themselves on SERVICES fresh services in turn)
+#                                            bb_tests (BackendBench's GPU tests and its reading cheats: what OWN_BASELINE=1 owes)
 # Knobs: BATCH_N, AB_SRC, BUILD_OPTIONS, BUILD_PARALLEL (builds of one option at once), COMPILE_ARGS (e.g. --task-ids-from F),
 # MPS=on (every step under the service's MPS daemon: the bench scripts' --mps, KS_MPS for the tests and the
 # runners' embedded services), STORM_S, BB_ARGS, SERVICES, OPS and CALL=overload (selfcheck), OWN_BASELINE=1 (BackendBench reads a
@@ -61,6 +62,8 @@ step() {  # name, seconds, command...
 for s in "${steps[@]}"; do
   case $s in
     tests) step tests 400 python3 -m pytest -m gpu tests/kernel_service/test_gpu.py tests/backendbench/test_gpu_backendbench.py tests/adversarial/test_adv_reading_calls_gpu.py -q -p no:cacheprovider -rA ;;
+    bb_tests) step bb_tests 300 python3 -m pytest -m gpu tests/backendbench/test_gpu_backendbench.py \
+      tests/adversarial/test_adv_reading_calls_gpu.py -k "backendbench" -q -p no:cacheprovider -rA ;;
     multigpu) step multigpu 240 python3 -m pytest -m gpu tests/kernel_service/test_gpu_multi.py -q -p no:cacheprovider ;;
     adversarial_gpu1) step adversarial_gpu1 200 python3 bench/adversarial/run_gpu.py --gpus 1 --mps $MPS --out "$OUT/adversarial_gpu1.json" ;;
     adversarial) step adversarial 200 python3 bench/adversarial/run_gpu.py --mps $MPS --out "$OUT/adversarial.json" ;;

@@ -21,7 +21,9 @@ bounds, the adversarial run 19/19, level 1 98/100 within 0.98-1.02 (2.41 s an ev
 on a busy host within 4.0% of idle and of an independent timer; on a 2x H200 host both GPUs judge
 correctly. It stays off by default: the BackendBench self-check misses. Each side process sits in one of
 two modes for real calls (~1.1 us apart on mm), which neither level probe sees, and one role keeps the slow
-mode for a service's life (mm 0.93-1.09 over six services; BENCHMARKS.md, issue 30).
+mode for a service's life (mm 0.93-1.09 over six services; BENCHMARKS.md, issue 30). Reading a
+BackendBench kernel against the op timed in its own process first (``KS_OWN_BASELINE=1``) cancels the mode:
+the smoke ops read 0.985-1.009 against themselves (H100); its adversarial and multi-GPU runs are owed.
 
 The daemon gets its own pipe and log dirs under the service's work dir, so it touches no other MPS user of
 the host; the eval workers find it through ``CUDA_MPS_PIPE_DIRECTORY``. Under MPS a fatal GPU fault of one
