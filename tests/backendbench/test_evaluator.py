@@ -314,6 +314,9 @@ def test_the_timing_report_gives_every_pairs_own_baseline_against_the_reference(
     spread = _spread([pair(1.0), pair(-9.0), pair(2.0)])
     assert spread[OWN_KEY] == pytest.approx(-2.0) and spread[f"{OWN_KEY}_widest"] == -9.0  # the mode's pair
     assert spread["pair_sd_kernel_pct"] == 0.0 and spread["reading_sd_pct"] > 0
+    assert spread["pair_sd_speedup_pct"] == 0.0  # every pair read the same speedup
+    odd = Block(kernel=[[2.0, 2.2, 1.8]], ref=[[2.0, 2.0, 2.2]], bad={}, gate={})
+    assert _spread([pair(1.0), odd])["pair_sd_speedup_pct"] == pytest.approx(100 * 0.7071 / 1.5, abs=0.01)
     assert OWN_KEY not in _spread([pair(None), pair(None)])  # no own baseline: nothing said of it
 
 

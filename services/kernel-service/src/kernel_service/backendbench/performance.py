@@ -149,8 +149,9 @@ def time_cases(
 def _spread(blocks: list[Block]) -> dict[str, float]:
     """How the first input's time varies (percent of its median): between the pairs' processes (the
     standard deviation of each pair's median, per side) and between one process's readings (a robust
-    standard deviation, the median over the pairs and sides); with an own baseline, how far the op read in
-    the candidate's process from the reference's, the mean over the pairs and the widest."""
+    standard deviation, the median over the pairs and sides); the spread of the pairs' speedups; with an
+    own baseline, how far the op read in the candidate's process from the reference's, the mean over the
+    pairs and the widest."""
     if not blocks or not blocks[0].kernel:
         return {}
     out: dict[str, float] = {}
@@ -164,6 +165,11 @@ def _spread(blocks: list[Block]) -> dict[str, float]:
         for r, m in zip(runs, medians, strict=True):
             within.append(100 * 1.4826 * statistics.median(abs(x - m) for x in r) / m)
     out["reading_sd_pct"] = round(statistics.median(within), 3)
+    if (
+        len(blocks) > 1
+    ):  # what the pairs' count buys: the speedup's sd over the mean of P pairs is this / sqrt(P)
+        ratios = [statistics.median(b.ref[0]) / statistics.median(b.kernel[0]) for b in blocks]
+        out["pair_sd_speedup_pct"] = round(100 * statistics.stdev(ratios) / statistics.fmean(ratios), 3)
     pcts = [b.gate[OWN_KEY] for b in blocks if b.gate and OWN_KEY in b.gate]  # one a pair: a process's mode
     if pcts:
         out |= {OWN_KEY: round(statistics.fmean(pcts), 3), f"{OWN_KEY}_widest": max(pcts, key=abs)}
