@@ -22,8 +22,8 @@ import anyio  # noqa: E402
 from backendbench_runner.baselines import aten_source, function_name  # noqa: E402
 from backendbench_runner.service import make_service  # noqa: E402
 from kernel_service.backendbench.catalog import FAMILIES  # noqa: E402
-from kernel_service.backendbench.performance import OWN_BASELINE_ENV  # noqa: E402
 from kernel_service.backendbench.schemas import BackendBenchEvalRequest  # noqa: E402
+from kernel_service.judging.judging import OWN_BASELINE_ENV  # noqa: E402
 
 from benchmark_runner.client import ServiceClient  # noqa: E402
 from benchmark_runner.service import make_app  # noqa: E402

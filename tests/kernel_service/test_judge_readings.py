@@ -408,3 +408,53 @@ def test_long_calls_keep_the_reference_where_it_is(paired: Run) -> None:
     assert run.sides["reference"] is reference and reference.alive and run.companion is None
     out = run.call("reference", [torch.ones(4)]).out  # the first process still answers
     assert torch.equal(unwrap(out), torch.full((4,), 2.0))
+
+
+def test_an_own_baseline_pair_runs_the_reference_in_the_candidates_process_until_the_submission_loads(
+    paired: Run,
+) -> None:
+    """``OWN_BASELINE_ENV``: the candidate's new process first holds the reference's model, which is timed
+    there before any submitted code is in it; :meth:`Run.load_candidate` then loads the submission in the
+    same process, in its place."""
+    run = paired
+    load = run.spawn["load"]["reference"]
+    run.spawn["load"] = {"reference": load, "candidate": {**load, "function": "stale"}}
+    run.start_pair(own=True)
+    pid = run.sides["candidate"].pid
+    for k in (3.0, 5.0):  # the reference's ``double``, not the submission's ``stale``
+        assert torch.equal(unwrap(run.call("candidate", [torch.full((4,), k)]).out), torch.full((4,), 2 * k))
+    run.load_candidate()
+    assert run.sides["candidate"].pid == pid  # the same process, now holding the submission
+    first = unwrap(run.call("candidate", [torch.ones(4)]).out)
+    again = unwrap(run.call("candidate", [torch.full((4,), 5.0)]).out)
+    assert torch.equal(first, torch.full((4,), 2.0)) and torch.equal(again, first)  # ``stale``'s answer
+    assert torch.equal(unwrap(run.call("reference", [torch.full((4,), 5.0)]).out), torch.full((4,), 10.0))
+
+
+def test_an_own_baseline_keeps_the_second_set_of_the_references_readings_each_on_fresh_seeds() -> None:
+    """The reference's readings in the candidate's process (:func:`judge._own_readings`): a warm-up, a set
+    that only settles the process, then the kept set; every reading on a seed of its own."""
+    from kernel_service.judging.judging import SETTLE_KEY, Call
+    from kernel_service.judging.schemas import EvalOptions
+    from kernel_service.kernelbench.judge import _own_readings
+
+    asked: list[tuple[str, Any]] = []
+    times = iter([0.020 + 0.001 * i for i in range(1000)])  # each reading slower than the last
+
+    def reading(role: str, seeds: list[int]) -> Call:
+        asked.append((role, tuple(seeds)))
+        return Call(next(times), None, {}, None, None, copy_ms=0.002)  # type: ignore[arg-type]
+
+    def warm(role: str, calls: int) -> tuple[list[float], list[float]]:
+        asked.append((role, "warm"))
+        return [], []
+
+    job = type("Job", (), {"options": EvalOptions(perf_trials=10, perf_precision=0.0, timeout_s=60)})()
+    kept, copies, info = _own_readings(None, job, reading, warm, 1, 0.0, float("inf"))  # type: ignore[arg-type]
+    assert asked[0] == ("candidate", "warm") and all(role == "candidate" for role, _ in asked)
+    seeds = [s for _, s in asked[1:]]
+    assert len(seeds) == 20 and len(set(seeds)) == 20  # two sets of ten, no seed twice
+    assert [ms for ms, _ in kept] == pytest.approx([0.030 + 0.001 * i for i in range(10)])  # the second set
+    assert copies == [0.002] * 10 and {calls for _, calls in kept} == {1}
+    assert info[SETTLE_KEY] == pytest.approx(100 * (0.0345 / 0.0245 - 1), abs=1e-3)
+    assert info["own_host_timed_readings"] == 0.0

@@ -9,7 +9,6 @@ once a kernel is correct on every input.
 from __future__ import annotations
 
 import math
-import os
 import statistics
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -17,7 +16,18 @@ from functools import partial
 from typing import Any
 
 from ..judging.harness import HarnessError, fresh_seed, seed_all
-from ..judging.judging import Call, calibrate, copy_bound, net, own_level, reading_count, reading_size
+from ..judging.judging import (
+    OWN_KEY,
+    SETTLE_KEY,
+    Call,
+    calibrate,
+    copy_bound,
+    net,
+    own_baseline,
+    own_level,
+    reading_count,
+    reading_size,
+)
 from ..judging.schemas import Outcome
 from ..judging.timing import CpuTimer, GpuTimer, PrepError, Timer, under_mps
 from .compare import compare
@@ -55,23 +65,6 @@ def _shapes(case: Case) -> Iterator[tuple[Any, ...]]:
 #: self-check's timing report, ``pair_sd_*_pct``: 0.4-2.1%): the mean over several processes is what makes
 #: an op read within +-2% of itself.
 PERF_PROCESSES = 5
-#: Set to 1: each pair also times the op in the candidate's process before the kernel is imported there, and
-#: the kernel is read against that (opt-in until its adversarial and multi-GPU runs; BENCHMARKS.md, issue 30:
-#: under MPS the smoke ops then read 0.985-1.009 against themselves, 12 of 12 within 0.98-1.02). The op
-#: is called there on values of its own, and the kernel's copy bound is its copies (``judging.copy_bound``);
-#: the reference's process then only checks every timed output, so it is not moved to the candidate's level.
-#: Why: a side process sits in one of two modes for real calls (~1.1 us apart on mm, 10% of the call) that
-#: the level probes do not see, and one role kept the slow mode for a whole service's life: mm read
-#: 0.927-1.093 against itself over six services (H100). The op and the kernel read in one process share
-#: its mode; the submission's code is not in that process until the op's readings are taken.
-OWN_BASELINE_ENV = "KS_OWN_BASELINE"
-#: The timing report's key for it: the op's time in the candidate's process against the reference's (percent).
-OWN_KEY = "own_baseline_vs_reference_pct"
-#: With an own baseline, the op's readings in the candidate's process are taken twice and the first set
-#: dropped. Why: a process's real calls read slower as it ages, levels unmoved: the op's second set read
-#: +0.64% over its first (20 smoke self-checks, H100, MPS), and against the first set the op itself, loaded
-#: as the kernel, read 0.988 (0.972-1.000); against the second, 0.998 (0.980-1.020).
-SETTLE_KEY = "own_settle_pct"
 #: The candidate's level (us) before its code was loaded and after its kernel's readings, the one those
 #: readings are net of, and the settling drift: the report's mean over the pairs.
 LEVEL_KEYS = ("candidate_null_us", "candidate_after_us", "candidate_level_us", SETTLE_KEY)
@@ -106,7 +99,7 @@ def time_cases(
     sizes: list[int] | None = None
     blocks: list[Block] = []
     mps = run.device.type == "cuda" and under_mps()
-    own = os.environ.get(OWN_BASELINE_ENV) == "1"
+    own = own_baseline()
 
     def load() -> None:
         if (failed := load_kernel(sides, prep.req, prep.base)) is not None:
@@ -191,7 +184,7 @@ def _time_block(
     then the op's. ``sizes``: the calls a reading of each input holds (None: chosen now, from the op).
     ``load``: the kernel is not yet imported; the op is first timed in the candidate's process, then
     ``load`` imports the kernel, and the kernel is read against the op's readings from its own process
-    (``OWN_BASELINE_ENV``); the reference process still checks every timed output."""
+    (``judging.OWN_BASELINE_ENV``); the reference process still checks every timed output."""
     run, opts = sides.run, prep.req.options
     base: GpuTimer | CpuTimer = run.judge.gpu_timer(run.device) if run.device.type == "cuda" else CpuTimer()
     mps = isinstance(base, GpuTimer) and under_mps()

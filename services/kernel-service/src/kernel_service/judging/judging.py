@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gc
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -81,6 +82,26 @@ LONE_ABS_MS = 0.0015
 #: not move that case (x1.17-1.18 on the H100) and read the honest 4-layer MLP 0.92x (BENCHMARKS.md).
 LONE_NOISE_Z = 2.0
 LONE_NOISE_CAP_MS = 0.002
+#: Set to 1: the kernel is read against the reference timed in the kernel's own process before the kernel
+#: is imported there (BackendBench: the op, on every GPU path; KernelBench: the reference model, under MPS),
+#: and the reference's process only checks every timed output, so it is not moved to the candidate's level.
+#: The reference is called there on values of its own, and the kernel's copy bound is read against its
+#: copies there (:func:`copy_bound`). Opt-in until its adversarial and multi-GPU runs (BENCHMARKS.md, issue
+#: 30: under MPS the BackendBench smoke ops read 0.985-1.009 against themselves, 12 of 12 within 0.98-1.02).
+#: Why: a side process sits in one of two modes for real calls (~1.1 us apart on mm, 10% of the call) that
+#: the level probes do not see, and one role kept the slow mode for a whole service's life: mm read
+#: 0.927-1.093 against itself over six services (H100). The reference and the kernel read in one process
+#: share its mode; the submission's code is not in that process until the reference's readings are taken.
+OWN_BASELINE_ENV = "KS_OWN_BASELINE"
+#: The timing report's key for it: the reference's time in the candidate's process against its time in
+#: the reference's (percent).
+OWN_KEY = "own_baseline_vs_reference_pct"
+#: With an own baseline, the reference's readings in the candidate's process are taken twice and the first
+#: set dropped. Why: a process's real calls read slower as it ages, levels unmoved: the op's second set read
+#: +0.64% over its first (20 BackendBench smoke self-checks, H100, MPS), and against the first set the op
+#: itself, loaded as the kernel, read 0.988 (0.972-1.000); against the second, 0.998 (0.980-1.020).
+SETTLE_KEY = "own_settle_pct"
+
 #: Under MPS a side process's path sits at one of two levels (~6.6 or ~10.9 us a null call on the H100),
 #: and the two sides of a job, forked together, sat at opposite ones in 16 of 16 jobs; a real call's path
 #: moved more with it (a 4-layer MLP's ~7 us). The reference is timed in a process forked once the
@@ -356,19 +377,26 @@ class Run:
             self.fork(role, build_dir)
         return self.ask_each({role: setup for role in roles})
 
-    def start_pair(self) -> None:
+    def start_pair(self, own: bool = False) -> None:
         """Both sides in new processes (any old ones and the companion killed first), set up at once (two
         CUDA contexts start together), bound before the submission's load (:meth:`bind_before_load`), then
-        loaded (``spawn``); a refusal is that side's error."""
+        loaded (``spawn``); a refusal is that side's error. ``own``: the candidate's process loads the
+        reference's model instead, to time it there first (``OWN_BASELINE_ENV``; :meth:`load_candidate`
+        then loads the submission)."""
         build_dir, setup = self.spawn["build_dir"], self.spawn["setup"]
         for role, reply in self.restart(("reference", "candidate"), build_dir, setup).items():
             if not reply.get("ok"):
                 raise self.side_error(role, reply)
         self.level_info = {}
         self.bind_before_load(build_dir, setup)
-        for role, reply in self.ask_each(self.spawn["load"]).items():
+        loads = {**self.spawn["load"], **({"candidate": self.spawn["load"]["reference"]} if own else {})}
+        for role, reply in self.ask_each(loads).items():
             if not reply.get("ok"):
                 raise self.side_error(role, reply)
+
+    def load_candidate(self) -> None:
+        """The submission's model into the candidate's process, in place of what it ran (``spawn``)."""
+        self._send("candidate", (self.spawn["load"]["candidate"],))
 
     def refork(self, role: str) -> SideProcess:
         """A fresh process for ``role`` (the old one killed, its arenas dropped: the new one maps its
@@ -821,6 +849,11 @@ def lone_level(reference_null_ms: float, before_load_ms: float | None, beside_ms
     *go*), which raises its own floor, and slowing them gains nothing past the cap."""
     trusted = max(reference_null_ms, before_load_ms or 0.0)
     return min(trusted, beside_ms) if beside_ms > 0 else trusted
+
+
+def own_baseline() -> bool:
+    """Whether kernels are read against the reference timed in their own process (``OWN_BASELINE_ENV``)."""
+    return os.environ.get(OWN_BASELINE_ENV) == "1"
 
 
 def own_level(before_load_ms: float, after_ms: float) -> float:

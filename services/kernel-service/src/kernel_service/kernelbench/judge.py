@@ -49,7 +49,9 @@ from ..judging.harness import (
 )
 from ..judging.judging import (
     LONE_READINGS,
+    OWN_KEY,
     PRECISE_MIN_READINGS,
+    SETTLE_KEY,
     Call,
     Judge,
     Run,
@@ -65,6 +67,7 @@ from ..judging.judging import (
     lone_ratio,
     misplaced,
     net,
+    own_baseline,
     own_level,
     precise,
     reading_count,
@@ -301,7 +304,10 @@ def _evaluate(
 
     assert atol is not None and rtol is not None
     with phase("timing"):
-        timing = _pairs(run, job, partial(_time, run, job, get_inputs, atol, rtol, started), started)
+        own = device.type == "cuda" and under_mps() and own_baseline()
+        timing = _pairs(
+            run, job, partial(_time, run, job, get_inputs, atol, rtol, started, own), started, own
+        )
     if timing["mismatch"]:
         return {**common, "outcome": Outcome.INCORRECT.value, "reward": reward_for(Outcome.INCORRECT, None),
                 "message": f"a timed call's output differs from the reference: {timing['mismatch']}"}  # fmt: skip
@@ -387,7 +393,13 @@ def _profile(run: Run, get_inputs: Callable[[int], list[Any]]) -> dict[str, Any]
 
 
 def _time(
-    run: Run, job: Job, get_inputs: Callable[[int], list[Any]], atol: float, rtol: float, started: float
+    run: Run,
+    job: Job,
+    get_inputs: Callable[[int], list[Any]],
+    atol: float,
+    rtol: float,
+    started: float,
+    own: bool = False,
 ) -> dict[str, Any]:
     """The candidate timed first, then killed; then the path's own cost calibrated and the reference
     timed on the seeds whose candidate outputs are checked: no code of the submission runs while the
@@ -401,7 +413,11 @@ def _time(
     missed the longest gate (host time in it) is dropped and the side's readings halved; at one call a
     reading it is kept and the answer says ``timing_degraded``. Where readings hold several calls, each
     side also takes ``LONE_READINGS`` readings of one call, which bound its per-call time from below
-    (:func:`lone_bound`)."""
+    (:func:`lone_bound`).
+
+    ``own`` (under MPS, ``OWN_BASELINE_ENV``): the candidate's process holds the reference's model first
+    (:meth:`Run.start_pair`); the reference is timed there, then the submission loaded in its place, and
+    the candidate is read against those readings, taken in its own process before its code was there."""
     opts, device = job.options, run.device
     if device.type != "cuda" and job.cached_ref_timing is None:
         return _time_interleaved(run, job, get_inputs, atol, rtol, started)
@@ -451,6 +467,12 @@ def _time(
         return times, trips
 
     nbytes = transport.layout_bytes((get_inputs(warm_seed), {}))
+    own_raw: list[tuple[float, int]] = []  # the reference in the candidate's process (``own``)
+    own_copy: list[float] = []
+    own_info: dict[str, float] = {}
+    if own:
+        own_raw, own_copy, own_info = _own_readings(run, job, reading, warm, n, base.null_ms, started)
+        run.load_candidate()
     warm_ms, trips = warm("candidate", n)
     m = n  # the candidate's calls a reading
     if gpu and warm_ms:
@@ -508,7 +530,7 @@ def _time(
     mode_info: dict[str, float] = {}
     ref_warm: tuple[list[float], list[float]] | None = None  # the reference's warm-up, where it stays
     # the reference timed at the candidate's level, unless both sides' calls are long
-    if new_level is not None:
+    if new_level is not None and not own:  # with ``own`` the reference's process only checks
         ref_warm = warm("reference", n)  # how long its calls are, in its first process
         ref_call = (min(ref_warm[0]) - base.null_ms) / n if ref_warm[0] else 0.0
         new_call = statistics.median(_per_call(new_raw, new_level))
@@ -562,6 +584,7 @@ def _time(
         # than the candidate's was asked to be, readings on fresh seeds (no candidate output to check)
         while (
             rel > 0
+            and not own  # then the reference's time here is only reported
             and not precise(_per_call(ref_raw, null_ms), 0.0, rel)
             and len(ref_raw) < reading_count(opts.perf_trials, n)
             and time.perf_counter() - started <= budget
@@ -591,6 +614,11 @@ def _time(
     ratio = lone_ratio(ref_pc or ([cached.median] if cached else []), lone_ref) if n > 1 else None
     new_null = null_ms if new_level is None else new_level
     new_pc = _per_call(new_raw, new_null)
+    if own and own_raw:  # against the level from before the reference's load: the submission cannot move it
+        own_pc = _per_call(own_raw, run.candidate_null_ms if run.candidate_null_ms is not None else new_null)
+        if ref_pc:
+            own_info[OWN_KEY] = round(100 * (statistics.median(own_pc) / statistics.median(ref_pc) - 1), 3)
+        ref_pc, ref_copy = own_pc, own_copy
     copy_info: dict[str, float] = {}
     if gpu and under_mps() and ref_copy:
         ref_copy_ms = statistics.median(ref_copy)
@@ -618,10 +646,12 @@ def _time(
                 "readings": len(new_raw), "reference_readings": len(ref_raw),
                 "host_timed_readings": host["candidate"], "host_timed_reference_readings": host["reference"],
                 "host_timed_dropped": host["dropped"],
-                **lone_info, **copy_info}  # fmt: skip
-        if degraded(host["candidate"], len(new_raw)) or degraded(host["reference"], len(ref_raw)):
+                **lone_info, **copy_info, **own_info}  # fmt: skip
+        ref_host = (int(own_info.get("own_host_timed_readings", 0)), len(own_raw)) if own else (
+            host["reference"], len(ref_raw))  # fmt: skip
+        if degraded(host["candidate"], len(new_raw)) or degraded(*ref_host):
             why_degraded = (
-                f"{host['candidate']} of the candidate's and {host['reference']} of the reference's readings "
+                f"{host['candidate']} of the candidate's and {ref_host[0]} of the reference's readings "
                 "hold host time: even at one call a reading their host work outlasted the longest gate (a "
                 "forward that synchronises the host, or a host too busy); the speedup is not a GPU timing"
             )
@@ -642,7 +672,49 @@ def _time(
     }
 
 
-def _pairs(run: Run, job: Job, time_pair: Callable[[], dict[str, Any]], started: float) -> dict[str, Any]:
+def _own_readings(
+    run: Run,
+    job: Job,
+    reading: Callable[[str, list[int]], Call],
+    warm: Callable[[str, int], tuple[list[float], list[float]]],
+    n: int,
+    null_ms: float,
+    started: float,
+) -> tuple[list[tuple[float, int]], list[float], dict[str, float]]:
+    """The reference's model timed in the candidate's process, before the submission is loaded there
+    (``OWN_BASELINE_ENV``): warm-up, a set of readings that only settles the process (``SETTLE_KEY``),
+    then the kept set, each reading on fresh seeds (none of them one the candidate will be timed on).
+    Returns the kept readings ``(ms, calls)``, the judge's copies of their outputs, and the settling
+    drift for the gate. No submitted code runs in that process yet, so nothing checks these outputs."""
+    opts = job.options
+    budget = opts.timeout_s * TIMING_BUDGET_SHARE
+    rel = opts.perf_precision
+    warm("candidate", n)
+    sets: list[tuple[list[tuple[float, int]], list[float]]] = []
+    host = 0  # kept readings with host time in them (one call a reading under MPS: kept, as the candidate's)
+    for _ in range(2):
+        got: list[tuple[float, int]] = []
+        copied: list[float] = []
+        host = 0
+        while len(got) < reading_count(opts.perf_trials, n):
+            timed = reading("candidate", [fresh_seed() for _ in range(n)])
+            assert timed.ms is not None
+            got.append((timed.ms, n))
+            copied.append(timed.copy_ms)
+            host += timed.host_timed
+            if time.perf_counter() - started > budget and len(got) >= MIN_TIMED_TRIALS:
+                break
+            if precise(_per_call(got, null_ms), 0.0, rel):
+                break
+        sets.append((got, copied))
+    (settle, _), (kept, copies) = sets
+    drift = statistics.median(_per_call(kept, null_ms)) / statistics.median(_per_call(settle, null_ms))
+    return kept, copies, {SETTLE_KEY: round(100 * (drift - 1), 3), "own_host_timed_readings": float(host)}
+
+
+def _pairs(
+    run: Run, job: Job, time_pair: Callable[[], dict[str, Any]], started: float, own: bool = False
+) -> dict[str, Any]:
     """``time_pair()`` once or, under MPS where either side's median call is under ``SHORT_CALL_MS``, in
     ``SHORT_PAIRS`` fresh pairs of side processes (:meth:`Run.start_pair`), pooled (:func:`_pooled`);
     a pair whose timed outputs differ from the reference's ends it.
@@ -651,7 +723,12 @@ def _pairs(run: Run, job: Job, time_pair: Callable[[], dict[str, Any]], started:
     sat 9.6-10.6 us by process, their spread inside one process ~0.3 us, H100), and a ~3.5 us call
     carries that offset whole: one pair read the add against itself 0.81-1.20x (sd 0.093 over 60 pairs),
     so the mean of eight has an sd of ~0.033. Each pair costs a job's start again (~1.2 s: two
-    processes, their CUDA contexts, the model's load), so only calls that short pay it."""
+    processes, their CUDA contexts, the model's load), so only calls that short pay it.
+
+    ``own``: every pair fresh, the first too (the correctness checks ran the submission in the first), its
+    candidate's process holding the reference's model first (:meth:`Run.start_pair`)."""
+    if own:
+        run.start_pair(own=True)
     first = time_pair()
     if run.device.type != "cuda" or not under_mps() or first["mismatch"]:
         return first
@@ -660,7 +737,7 @@ def _pairs(run: Run, job: Job, time_pair: Callable[[], dict[str, Any]], started:
     timings = [first]
     budget = job.options.timeout_s * TIMING_BUDGET_SHARE
     while len(timings) < SHORT_PAIRS and time.perf_counter() - started < budget:
-        run.start_pair()
+        run.start_pair(own=own)
         timings.append(time_pair())
         if timings[-1]["mismatch"]:
             return timings[-1]
