@@ -14,8 +14,9 @@
 #                                            bb_tests (BackendBench's GPU tests and its reading cheats: what OWN_BASELINE=1 owes)
 # Knobs: BATCH_N, AB_SRC, BUILD_OPTIONS, BUILD_PARALLEL (builds of one option at once), COMPILE_ARGS (e.g. --task-ids-from F),
 # MPS=on (every step under the service's MPS daemon: the bench scripts' --mps, KS_MPS for the tests and the
-# runners' embedded services), STORM_S, BB_ARGS, SERVICES, OPS and CALL=overload (selfcheck), OWN_BASELINE=1 (BackendBench reads a
-# kernel against the op timed in its own process before it loads: KS_OWN_BASELINE).
+# runners' embedded services), STORM_S, BB_ARGS, SERVICES, OPS and CALL=overload (selfcheck), OWN_BASELINE=1 (a kernel read against
+# the reference timed in its own process before it loads, KS_OWN_BASELINE: BackendBench's op on any GPU path,
+# KernelBench's model under MPS).
 #
 # With no STEP: tests adversarial fidelity backendbench level1. Each step's command and what it measures are
 # in BENCHMARKS.md (the BackendBench step includes the timing self-check, each smoke op against itself).

@@ -358,6 +358,10 @@ def test_pooled_pairs_read_each_side_as_the_mean_of_the_pairs_medians() -> None:
         assert stats.std == pytest.approx(statistics.stdev(values))
     assert got["gate"]["process_pairs"] == 2 and got["gate"]["null_us"] == 6.5
     assert got["gate"]["pair_sd_new_pct"] > 0 and got["gate"]["pair_sd_ref_pct"] > 0
+    speedups = [t["ref"].median / t["new"].median for t in (first, second)]
+    assert got["gate"]["pair_sd_speedup_pct"] == pytest.approx(
+        100 * statistics.stdev(speedups) / statistics.fmean(speedups), abs=1e-3
+    )
     assert got["degraded"] == "host time"  # any pair's host time marks the whole
     assert "2 fresh pairs" in got["method"]
 

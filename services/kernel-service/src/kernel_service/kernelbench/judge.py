@@ -761,6 +761,9 @@ def _pooled(timings: list[dict[str, Any]]) -> dict[str, Any]:
         pooled[side] = TimingStats(median=statistics.fmean(medians), mean=mean, std=var**0.5,
                                    min=min(s.min for s in stats), max=max(s.max for s in stats), n=n)  # fmt: skip
         gate[f"pair_sd_{side}_pct"] = round(100 * statistics.stdev(medians) / statistics.fmean(medians), 3)
+    # what the pairs' count buys: the speedup's sd over the mean of P pairs is this / sqrt(P)
+    speedups = [t["ref"].median / t["new"].median for t in timings]
+    gate["pair_sd_speedup_pct"] = round(100 * statistics.stdev(speedups) / statistics.fmean(speedups), 3)
     degraded = next((t["degraded"] for t in timings if t.get("degraded")), None)
     method = timings[0]["method"] + (
         f"; a call under {SHORT_CALL_MS * 1e3:g} us timed in {len(timings)} fresh pairs of side processes, "
