@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import statistics
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -462,3 +463,41 @@ def test_an_own_baseline_keeps_the_second_set_of_the_references_readings_each_on
     assert copies == [0.002] * 10 and {calls for _, calls in kept} == {1}
     assert info[SETTLE_KEY] == pytest.approx(100 * (0.0345 / 0.0245 - 1), abs=1e-3)
     assert info["own_host_timed_readings"] == 0.0
+
+
+@pytest.mark.parametrize(
+    ("call_ms", "own", "timed", "pairs"),
+    [
+        (0.004, True, [False, True] + [True] * 7, 8),  # short: re-timed in eight own pairs
+        (0.5, True, [False, True], 1),  # under LEVEL_MATCH_MS: re-timed in one own pair
+        (2.0, True, [False], 1),  # long: the first timing stands, as without the switch
+        (0.004, False, [False] * 8, 8),  # no switch: the pairs as before
+    ],
+)
+def test_under_mps_an_own_baseline_retimes_calls_under_the_level_match_in_fresh_own_pairs(
+    monkeypatch: pytest.MonkeyPatch, call_ms: float, own: bool, timed: list[bool], pairs: int
+) -> None:
+    """:func:`judge._pairs` with ``OWN_BASELINE_ENV``: the first timing (in the pair that ran the checks)
+    only tells how long the calls are; where either side's is under ``LEVEL_MATCH_MS`` every timing that
+    counts is taken in a fresh pair whose candidate process timed the reference first."""
+    from kernel_service.kernelbench import judge as kb
+
+    monkeypatch.setattr(kb, "under_mps", lambda: True)
+    started: list[bool] = []
+    asked: list[bool] = []
+    run = type(
+        "FakeRun",
+        (),
+        {"device": torch.device("cuda"), "start_pair": lambda self, own=False: started.append(own)},
+    )()
+    job = type("Job", (), {"options": type("Opts", (), {"timeout_s": 600})()})()
+
+    def time_pair(own_pair: bool) -> dict[str, Any]:
+        asked.append(own_pair)
+        ms = call_ms
+        return _timing([ms, ms * 1.01, ms * 0.99], [ms, ms * 1.02, ms * 0.98])
+
+    got = kb._pairs(run, job, time_pair, time.perf_counter(), own)  # type: ignore[arg-type]
+    assert asked == timed
+    assert started == timed[1:]  # a fresh pair before every timing after the first, own where it counts
+    assert got["gate"].get("process_pairs", 1.0) == pairs

@@ -48,6 +48,7 @@ from ..judging.harness import (
     usable_build_dir,
 )
 from ..judging.judging import (
+    LEVEL_MATCH_MS,
     LONE_READINGS,
     OWN_KEY,
     PRECISE_MIN_READINGS,
@@ -305,9 +306,7 @@ def _evaluate(
     assert atol is not None and rtol is not None
     with phase("timing"):
         own = device.type == "cuda" and under_mps() and own_baseline()
-        timing = _pairs(
-            run, job, partial(_time, run, job, get_inputs, atol, rtol, started, own), started, own
-        )
+        timing = _pairs(run, job, partial(_time, run, job, get_inputs, atol, rtol, started), started, own)
     if timing["mismatch"]:
         return {**common, "outcome": Outcome.INCORRECT.value, "reward": reward_for(Outcome.INCORRECT, None),
                 "message": f"a timed call's output differs from the reference: {timing['mismatch']}"}  # fmt: skip
@@ -713,7 +712,7 @@ def _own_readings(
 
 
 def _pairs(
-    run: Run, job: Job, time_pair: Callable[[], dict[str, Any]], started: float, own: bool = False
+    run: Run, job: Job, time_pair: Callable[[bool], dict[str, Any]], started: float, own: bool = False
 ) -> dict[str, Any]:
     """``time_pair()`` once or, under MPS where either side's median call is under ``SHORT_CALL_MS``, in
     ``SHORT_PAIRS`` fresh pairs of side processes (:meth:`Run.start_pair`), pooled (:func:`_pooled`);
@@ -725,20 +724,27 @@ def _pairs(
     so the mean of eight has an sd of ~0.033. Each pair costs a job's start again (~1.2 s: two
     processes, their CUDA contexts, the model's load), so only calls that short pay it.
 
-    ``own``: every pair fresh, the first too (the correctness checks ran the submission in the first), its
-    candidate's process holding the reference's model first (:meth:`Run.start_pair`)."""
-    if own:
-        run.start_pair(own=True)
-    first = time_pair()
+    ``own`` (``time_pair(True)``): where either side's call is under ``LEVEL_MATCH_MS``, the first timing
+    (in the pair that ran the correctness checks) is only a measure of that: every pair is then fresh, its
+    candidate's process holding the reference's model first (:meth:`Run.start_pair`). Longer calls keep
+    the first timing, as they keep the reference where it is (the levels move them by at most 0.4%)."""
+    first = time_pair(False)
     if run.device.type != "cuda" or not under_mps() or first["mismatch"]:
         return first
+    if own and min(first["ref"].median, first["new"].median) < LEVEL_MATCH_MS:
+        run.start_pair(own=True)
+        first = time_pair(True)
+        if first["mismatch"]:
+            return first
+    else:
+        own = False
     if min(first["ref"].median, first["new"].median) >= SHORT_CALL_MS:
         return first
     timings = [first]
     budget = job.options.timeout_s * TIMING_BUDGET_SHARE
     while len(timings) < SHORT_PAIRS and time.perf_counter() - started < budget:
         run.start_pair(own=own)
-        timings.append(time_pair())
+        timings.append(time_pair(own))
         if timings[-1]["mismatch"]:
             return timings[-1]
     return _pooled(timings)
