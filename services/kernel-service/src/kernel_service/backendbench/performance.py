@@ -158,9 +158,8 @@ def _spread(blocks: list[Block]) -> dict[str, float]:
         for r, m in zip(runs, medians, strict=True):
             within.append(100 * 1.4826 * statistics.median(abs(x - m) for x in r) / m)
     out["reading_sd_pct"] = round(statistics.median(within), 3)
-    if (
-        len(blocks) > 1
-    ):  # what the pairs' count buys: the speedup's sd over the mean of P pairs is this / sqrt(P)
+    # what the pairs' count buys: the speedup's sd over the mean of P pairs is this / sqrt(P)
+    if len(blocks) > 1:
         ratios = [statistics.median(b.ref[0]) / statistics.median(b.kernel[0]) for b in blocks]
         out["pair_sd_speedup_pct"] = round(100 * statistics.stdev(ratios) / statistics.fmean(ratios), 3)
     pcts = [b.gate[OWN_KEY] for b in blocks if b.gate and OWN_KEY in b.gate]  # one a pair: a process's mode

@@ -83,7 +83,8 @@ LONE_ABS_MS = 0.0015
 LONE_NOISE_Z = 2.0
 LONE_NOISE_CAP_MS = 0.002
 #: Set to 1: the kernel is read against the reference timed in the kernel's own process before the kernel
-#: is imported there (BackendBench: the op, on every GPU path; KernelBench: the reference model, under MPS),
+#: is imported there (BackendBench: the op, on every GPU path; KernelBench: the reference model, under MPS
+#: where a call is under ``LEVEL_MATCH_MS``),
 #: and the reference's process only checks every timed output, so it is not moved to the candidate's level.
 #: The reference is called there on values of its own, and the kernel's copy bound is read against its
 #: copies there (:func:`copy_bound`). Opt-in until its adversarial and multi-GPU runs (BENCHMARKS.md, issue
