@@ -454,8 +454,8 @@ def test_an_own_baseline_keeps_the_second_set_of_the_references_readings_each_on
         asked.append((role, "warm"))
         return [], []
 
-    job = type("Job", (), {"options": EvalOptions(perf_trials=10, perf_precision=0.0, timeout_s=60)})()
-    kept, copies, info = _own_readings(None, job, reading, warm, 1, 0.0, float("inf"))  # type: ignore[arg-type]
+    job = type("Job", (), {"options": EvalOptions(perf_trials=10, timeout_s=60)})()
+    kept, copies, info = _own_readings(job, reading, warm, 1, 0.0, 0.0, float("inf"))  # type: ignore[arg-type]
     assert asked[0] == ("candidate", "warm") and all(role == "candidate" for role, _ in asked)
     seeds = [s for _, s in asked[1:]]
     assert len(seeds) == 20 and len(set(seeds)) == 20  # two sets of ten, no seed twice
@@ -501,3 +501,71 @@ def test_under_mps_an_own_baseline_retimes_calls_under_the_level_match_in_fresh_
     assert asked == timed
     assert started == timed[1:]  # a fresh pair before every timing after the first, own where it counts
     assert got["gate"].get("process_pairs", 1.0) == pairs
+
+
+SLOW_DOUBLE = """
+import time
+
+def slow_double(x, *, shift=0.0):
+    time.sleep(0.01)
+    return x * 2 + shift
+"""
+
+
+@pytest.mark.parametrize("candidate", ["slow_double", "stale"])
+def test_an_own_baseline_reads_the_candidate_against_the_reference_timed_in_its_process_first(
+    paired: Run, monkeypatch: pytest.MonkeyPatch, candidate: str
+) -> None:
+    """:func:`judge._time` with ``own`` (the GPU path; here on the CPU's timer through real side
+    processes): the reference's function is timed in the candidate's process before the submission is
+    loaded there, and its time is the one the candidate is read against; the reference's process still
+    replays every seed the candidate was timed on, so a candidate wrong only there is caught."""
+    from kernel_service.judging.harness import Job
+    from kernel_service.judging.schemas import EvalOptions
+    from kernel_service.kernelbench.judge import _time
+
+    run = paired
+    reference = run.spawn["load"]["reference"]
+    source = SLOW_DOUBLE if candidate == "slow_double" else KERNELS
+    run.spawn["load"] = {
+        "reference": reference,
+        "candidate": {**reference, "source": source, "function": candidate},
+    }
+    run.start_pair(own=True)
+    asked: list[tuple[str, str, float | None]] = []  # (role, what, ms)
+    calls, ask = Run.calls, Run.ask
+
+    def spy_calls(
+        self: Run, role: str, sets: Any, timer: Any, extra: Any = None, patient: bool = True
+    ) -> Any:
+        call = calls(self, role, sets, timer, extra, patient)
+        asked.append((role, "call", call.ms if patient else None))
+        return call
+
+    def spy_ask(self: Run, role: str, msg: dict[str, Any], fd: int | None = None) -> Any:
+        if msg.get("op") == "load_fn":
+            asked.append((role, "load", None))
+        return ask(self, role, msg, fd)
+
+    monkeypatch.setattr(Run, "calls", spy_calls)
+    monkeypatch.setattr(Run, "ask", spy_ask)
+    job = Job(
+        "j", "", "", "torch", EvalOptions(perf_trials=6, warmup=1, timeout_s=120), run.spawn["build_dir"]
+    )
+
+    def get_inputs(seed: int) -> list[Any]:
+        return [torch.randn(64, generator=torch.Generator().manual_seed(seed))]
+
+    got = _time(run, job, get_inputs, 1e-5, 1e-5, time.perf_counter(), own=True)
+    load = asked.index(("candidate", "load", None))
+    before = [ms for role, what, ms in asked[:load] if role == "candidate" and ms is not None]
+    after = [role for role, what, _ in asked[load:] if what == "call"]
+    assert before and "candidate" in after and "reference" in after  # the reference process replays
+    assert all(role == "candidate" for role, _, _ in asked[:load])  # nothing of the reference's yet
+    if candidate == "stale":
+        assert got["mismatch"] is not None  # its timed outputs are its first, whatever the values
+        return
+    assert got["mismatch"] is None
+    kept = before[len(before) // 2 :]  # the settling set, then the kept one
+    assert got["ref"].median == pytest.approx(statistics.median(kept))
+    assert got["new"].median > got["ref"].median + 0.005  # the candidate sleeps 10 ms a call

@@ -418,7 +418,7 @@ def _time(
     (:meth:`Run.start_pair`); the reference is timed there, then the submission loaded in its place, and
     the candidate is read against those readings, taken in its own process before its code was there."""
     opts, device = job.options, run.device
-    if device.type != "cuda" and job.cached_ref_timing is None:
+    if device.type != "cuda" and job.cached_ref_timing is None and not own:
         return _time_interleaved(run, job, get_inputs, atol, rtol, started)
     base: GpuTimer | CpuTimer = run.judge.gpu_timer(device) if device.type == "cuda" else CpuTimer()
     gpu = isinstance(base, GpuTimer)
@@ -466,11 +466,14 @@ def _time(
         return times, trips
 
     nbytes = transport.layout_bytes((get_inputs(warm_seed), {}))
+    # on a GPU a side's readings end once their median is precise enough (a 37 ms kernel's 100 readings
+    # a side took 9 s of a level-1 sweep's 5 minutes; such kernels vary by well under 1%)
+    rel = opts.perf_precision if gpu else 0.0
     own_raw: list[tuple[float, int]] = []  # the reference in the candidate's process (``own``)
     own_copy: list[float] = []
     own_info: dict[str, float] = {}
     if own:
-        own_raw, own_copy, own_info = _own_readings(run, job, reading, warm, n, base.null_ms, started)
+        own_raw, own_copy, own_info = _own_readings(job, reading, warm, n, base.null_ms, rel, started)
         run.load_candidate()
     warm_ms, trips = warm("candidate", n)
     m = n  # the candidate's calls a reading
@@ -478,9 +481,6 @@ def _time(
         m = candidate_reading_size(n, (min(warm_ms) - base.null_ms) / n, cap, opts.perf_trials)
         m = host_capped(m, statistics.median(trips), n)
     readings = reading_count(opts.perf_trials, m)
-    # on a GPU a side's readings end once their median is precise enough (a 37 ms kernel's 100 readings
-    # a side took 9 s of a level-1 sweep's 5 minutes; such kernels vary by well under 1%)
-    rel = opts.perf_precision if gpu else 0.0
     new_raw: list[tuple[float, int]] = []  # (ms, calls) of each counted reading
     new_copy: list[float] = []  # each counted reading's output copy (ms; ``copy_bound``)
     checked: list[tuple[int, Any]] = []  # (seed, output) of every timed call, checked against the reference's
@@ -672,22 +672,22 @@ def _time(
 
 
 def _own_readings(
-    run: Run,
     job: Job,
     reading: Callable[[str, list[int]], Call],
     warm: Callable[[str, int], tuple[list[float], list[float]]],
     n: int,
     null_ms: float,
+    rel: float,
     started: float,
 ) -> tuple[list[tuple[float, int]], list[float], dict[str, float]]:
     """The reference's model timed in the candidate's process, before the submission is loaded there
     (``OWN_BASELINE_ENV``): warm-up, a set of readings that only settles the process (``SETTLE_KEY``),
     then the kept set, each reading on fresh seeds (none of them one the candidate will be timed on).
     Returns the kept readings ``(ms, calls)``, the judge's copies of their outputs, and the settling
-    drift for the gate. No submitted code runs in that process yet, so nothing checks these outputs."""
+    drift for the gate. No submitted code runs in that process yet, so nothing checks these outputs.
+    ``rel``: the readings' precision that ends a set early, as for the candidate's."""
     opts = job.options
     budget = opts.timeout_s * TIMING_BUDGET_SHARE
-    rel = opts.perf_precision
     warm("candidate", n)
     sets: list[tuple[list[tuple[float, int]], list[float]]] = []
     host = 0  # kept readings with host time in them (one call a reading under MPS: kept, as the candidate's)
