@@ -104,6 +104,8 @@ class Side:
         try:
             init = transport.unpack(msg["init"], torch.empty(0, dtype=torch.uint8))
             dtype = precision_dtype(msg.get("precision", "fp32"))  # the judge cast the init inputs already
+            # a model loaded before (an own baseline's reference) is freed before this one is built
+            self.fn = None
             self.fn = build_model(cls, init, msg["seed"], self.device, dtype)
             self._sync()
         except BaseException as exc:  # noqa: BLE001
