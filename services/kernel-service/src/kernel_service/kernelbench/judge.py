@@ -690,11 +690,10 @@ def _own_readings(
     budget = opts.timeout_s * TIMING_BUDGET_SHARE
     warm("candidate", n)
     sets: list[tuple[list[tuple[float, int]], list[float]]] = []
-    host = 0  # kept readings with host time in them (one call a reading under MPS: kept, as the candidate's)
     for _ in range(2):
         got: list[tuple[float, int]] = []
         copied: list[float] = []
-        host = 0
+        host = 0  # readings with host time in them (one call a reading under MPS: kept, as the candidate's)
         while len(got) < reading_count(opts.perf_trials, n):
             timed = reading("candidate", [fresh_seed() for _ in range(n)])
             assert timed.ms is not None
