@@ -25,6 +25,7 @@ from ..judging.judging import (
     net,
     own_baseline,
     own_level,
+    pct_apart,
     reading_count,
     reading_size,
 )
@@ -264,9 +265,7 @@ def _time_block(
         settle, _ = own_readings()  # only brings the process to where the kernel's readings will find it
         own_raw, copies["own"] = own_readings()
         if settle and settle[0]:
-            levels[SETTLE_KEY] = round(
-                100 * (statistics.median(own_raw[0]) / statistics.median(settle[0]) - 1), 3
-            )
+            levels[SETTLE_KEY] = pct_apart(own_raw[0], settle[0])
         load()
     warm_up("candidate")
     for i in range(len(seeds)):
@@ -321,7 +320,7 @@ def _time_block(
         before = run.candidate_null_ms if run.candidate_null_ms is not None else kernel_null
         own = [net(own_raw[j], before, sizes[j]) for j in range(len(cases))]
         if own and own[0] and ref[0]:
-            own_info[OWN_KEY] = round(100 * (statistics.median(own[0]) / statistics.median(ref[0]) - 1), 3)
+            own_info[OWN_KEY] = pct_apart(own[0], ref[0])
         own_info |= levels
         ref = own
     raised = 0

@@ -852,6 +852,12 @@ def lone_level(reference_null_ms: float, before_load_ms: float | None, beside_ms
     return min(trusted, beside_ms) if beside_ms > 0 else trusted
 
 
+def pct_apart(times: list[float], against: list[float]) -> float:
+    """How far the median of ``times`` sits from the median of ``against``, in percent: the own baseline's
+    report figures (``OWN_KEY``, ``SETTLE_KEY``)."""
+    return round(100 * (statistics.median(times) / statistics.median(against) - 1), 3)
+
+
 def own_baseline() -> bool:
     """Whether kernels are read against the reference timed in their own process (``OWN_BASELINE_ENV``)."""
     return os.environ.get(OWN_BASELINE_ENV) == "1"

@@ -70,6 +70,7 @@ from ..judging.judging import (
     net,
     own_baseline,
     own_level,
+    pct_apart,
     precise,
     reading_count,
     reading_size,
@@ -616,7 +617,7 @@ def _time(
     if own and own_raw:  # against the level from before the reference's load: the submission cannot move it
         own_pc = _per_call(own_raw, run.candidate_null_ms if run.candidate_null_ms is not None else new_null)
         if ref_pc:
-            own_info[OWN_KEY] = round(100 * (statistics.median(own_pc) / statistics.median(ref_pc) - 1), 3)
+            own_info[OWN_KEY] = pct_apart(own_pc, ref_pc)
         ref_pc, ref_copy = own_pc, own_copy
     copy_info: dict[str, float] = {}
     if gpu and under_mps() and ref_copy:
@@ -706,8 +707,8 @@ def _own_readings(
                 break
         sets.append((got, copied))
     (settle, _), (kept, copies) = sets
-    drift = statistics.median(_per_call(kept, null_ms)) / statistics.median(_per_call(settle, null_ms))
-    return kept, copies, {SETTLE_KEY: round(100 * (drift - 1), 3), "own_host_timed_readings": float(host)}
+    drift = pct_apart(_per_call(kept, null_ms), _per_call(settle, null_ms))
+    return kept, copies, {SETTLE_KEY: drift, "own_host_timed_readings": float(host)}
 
 
 def _pairs(
