@@ -186,7 +186,9 @@ def main() -> int:
         default=KernelServiceConfig().sandbox,
         help="worker isolation [default: the kernel service's default]",
     )
-    parser.add_argument("--mps", choices=["off", "on"], default="off", help="the service's MPS setting")
+    parser.add_argument(
+        "--mps", choices=["auto", "on", "off"], default="auto", help="the service's MPS setting"
+    )
     args = parser.parse_args()
 
     gpus = torch.cuda.device_count()

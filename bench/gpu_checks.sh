@@ -13,10 +13,10 @@
 #                                            selfcheck (issue 30: smoke ops against themselves on SERVICES fresh services in turn)
 #                                            bb_tests (BackendBench's GPU tests and its reading cheats: what OWN_BASELINE=1 owes)
 # Knobs: BATCH_N, AB_SRC, BUILD_OPTIONS, BUILD_PARALLEL (builds of one option at once), COMPILE_ARGS (e.g. --task-ids-from F),
-# MPS=on (every step under the service's MPS daemon: the bench scripts' --mps, KS_MPS for the tests and the
-# runners' embedded services), STORM_S, BB_ARGS, SERVICES, OPS and CALL=overload (selfcheck), OWN_BASELINE=1 (a kernel read against
-# the reference timed in its own process before it loads, KS_OWN_BASELINE: BackendBench's op on any GPU path,
-# KernelBench's model under MPS).
+# MPS=auto|on|off (every step: the bench scripts' --mps, KS_MPS for the tests and the runners' embedded services;
+# auto, the service's default, unless set), STORM_S, BB_ARGS, SERVICES, OPS and CALL=overload (selfcheck),
+# OWN_BASELINE=auto|on|off (KS_OWN_BASELINE: a kernel read against the reference timed in its own process before
+# it loads; auto, the default: under MPS; on: BackendBench's op on any GPU path too).
 #
 # With no STEP: tests adversarial fidelity backendbench level1. Each step's command and what it measures are
 # in BENCHMARKS.md (the BackendBench step includes the timing self-check, each smoke op against itself).
@@ -39,9 +39,10 @@ if [ -d .whl ]; then
 fi
 export PYTHONPATH=$PWD/src:$PWD/services/kernel-service/src:$PWD/runners/backendbench-runner:$PWD/runners/kernelbench-runner:${PYTHONPATH:-}
 export PYTHONUNBUFFERED=1
-MPS=${MPS:-${KS_MPS:-off}}
+MPS=${MPS:-${KS_MPS:-auto}}
 export KS_MPS=$MPS
 [ -n "${OWN_BASELINE:-}" ] && export KS_OWN_BASELINE=$OWN_BASELINE
+echo "KS_MPS=$KS_MPS KS_OWN_BASELINE=${KS_OWN_BASELINE:-auto}"
 INDEX=bench/results/opinfo_index_h100_torch2.11.json  # skips a ~44 s rebuild when the torch matches
 steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(tests adversarial fidelity backendbench level1)

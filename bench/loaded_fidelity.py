@@ -231,7 +231,9 @@ def main() -> int:
     parser.add_argument("--builds", type=int, default=12, help="distinct CUDA builds submitted at once")
     parser.add_argument("--calls", type=int, default=100, help="calls of the independent timer")
     parser.add_argument("--storm-s", type=float, default=300.0, help="stop the loaded rounds after this")
-    parser.add_argument("--mps", choices=["off", "on"], default="off", help="the service's MPS setting")
+    parser.add_argument(
+        "--mps", choices=["auto", "on", "off"], default="auto", help="the service's MPS setting"
+    )
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     if not torch.cuda.is_available():

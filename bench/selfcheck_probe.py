@@ -3,13 +3,14 @@ answer: every input's two times and speedup, the gate's level and pair keys, and
 kernels each side ran, to tell a difference in the kernels from one in the path around them.
 
     python bench/selfcheck_probe.py --ops mm,add,relu --requests 2 --mps on --out /tmp/probe.json
+
+The own baseline follows the service's setting (``KS_OWN_BASELINE``: auto, on or off).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,6 @@ from backendbench_runner.baselines import aten_source, function_name  # noqa: E4
 from backendbench_runner.service import make_service  # noqa: E402
 from kernel_service.backendbench.catalog import FAMILIES  # noqa: E402
 from kernel_service.backendbench.schemas import BackendBenchEvalRequest  # noqa: E402
-from kernel_service.judging.judging import OWN_BASELINE_ENV  # noqa: E402
 
 from benchmark_runner.client import ServiceClient  # noqa: E402
 from benchmark_runner.service import make_app  # noqa: E402
@@ -113,17 +113,14 @@ def main() -> None:
     )
     parser.add_argument("--ops", default="mm", help="smoke ops, comma-separated")
     parser.add_argument("--requests", type=int, default=3, help="times each op is sent")
-    parser.add_argument("--mps", choices=["off", "on"], default="off", help="the service's MPS setting")
+    parser.add_argument(
+        "--mps", choices=["auto", "on", "off"], default="auto", help="the service's MPS setting"
+    )
     parser.add_argument("--profile", action="store_true", help="then the same batch again, profiled")
     parser.add_argument(
         "--pairs",
         default="",
         help="comma-separated perf_processes values, a batch each [default: the service's]",
-    )
-    parser.add_argument(
-        "--own-baseline",
-        action="store_true",
-        help="the op timed in the candidate's process before the kernel loads (KS_OWN_BASELINE=1)",
     )
     parser.add_argument(
         "--call",
@@ -133,8 +130,6 @@ def main() -> None:
     )
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    if args.own_baseline:  # the service's workers take it from here
-        os.environ[OWN_BASELINE_ENV] = "1"
     ops = args.ops.split(",")
     rows: list[dict[str, Any]] = []
     with start_server(make_app(make_service(mps=args.mps))) as server:

@@ -228,7 +228,7 @@ def independent(ref_src: str, new_src: str, calls: int) -> dict[str, float]:
     return out
 
 
-def service_readings(pairs: list[tuple[str, str]], calls: int, mps: str = "off") -> list[dict[str, Any]]:
+def service_readings(pairs: list[tuple[str, str]], calls: int, mps: str = "auto") -> list[dict[str, Any]]:
     import asyncio
     import tempfile
 
@@ -273,7 +273,9 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=100)
     parser.add_argument("--jobs", type=int, default=2, help="service jobs per kernel pair")
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--mps", choices=["off", "on"], default="off", help="the service's MPS setting")
+    parser.add_argument(
+        "--mps", choices=["auto", "on", "off"], default="auto", help="the service's MPS setting"
+    )
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("timing_fidelity.py needs a CUDA GPU", file=sys.stderr)

@@ -82,7 +82,9 @@ def main() -> int:
     parser.add_argument(
         "--gpus", default="all", help="GPU indices for the service (`1`: the second GPU alone), or all"
     )
-    parser.add_argument("--mps", choices=["off", "on"], default="off", help="the service's MPS setting")
+    parser.add_argument(
+        "--mps", choices=["auto", "on", "off"], default="auto", help="the service's MPS setting"
+    )
     args = parser.parse_args()
     gpus = None if args.gpus == "all" else [int(g) for g in args.gpus.split(",")]
 
@@ -102,6 +104,8 @@ def main() -> int:
         start_server(app, startup_timeout=300) as server,
         httpx.Client(base_url=server.url, timeout=600) as client,
     ):
+        mps_running = service.mps_running  # read while the service runs: shutdown stops the daemon
+        print(f"MPS running: {mps_running}, own baseline: {service.config.own_baseline}", flush=True)
         for name, (ref, backend, extra, expect) in CASES.items():
             if args.only and name not in args.only:
                 continue
@@ -157,6 +161,8 @@ def main() -> int:
                 "versions": versions,
                 "total_s": round(time.monotonic() - t_start, 1),
                 "isolation": isolation,
+                "mps_running": mps_running,
+                "own_baseline": service.config.own_baseline,
                 "cases": rows,
             },
             indent=2,

@@ -10,7 +10,6 @@ Run: ``pytest -m gpu tests/adversarial/test_adv_reading_calls_gpu.py``.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -45,12 +44,22 @@ def _judge_gain(got: float, honest: float, what: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    mps = os.environ.get("KS_MPS", "off")  # KS_MPS=on: the same cases under the service's MPS daemon
-    config = KernelServiceConfig(gpus=None, work_dir=tmp_path_factory.mktemp("ks-reading"), mps=mps)  # type: ignore[arg-type]
-    service = KernelService(config)
+def service(tmp_path_factory: pytest.TempPathFactory) -> KernelService:
+    """The service's default config: under MPS where the host runs it (``KS_MPS=off``: the same cases
+    without, several calls a reading)."""
+    return KernelService(KernelServiceConfig(gpus=None, work_dir=tmp_path_factory.mktemp("ks-reading")))
+
+
+@pytest.fixture(scope="module")
+def server(service: KernelService) -> Iterator[RunningServer]:
     with start_server(make_app(service), startup_timeout=300) as running:
         yield running
+
+
+@pytest.fixture(scope="module")
+def mps(server: RunningServer, service: KernelService) -> bool:
+    """Whether the started service times under its MPS daemon."""
+    return service.mps_running
 
 
 def _evaluate(url: str, solution: str, reference: str = "ref_latency.py", **options: object) -> dict:
@@ -65,10 +74,10 @@ def _evaluate(url: str, solution: str, reference: str = "ref_latency.py", **opti
 
 
 @pytest.fixture(scope="module")
-def honest(server: RunningServer) -> dict:
+def honest(server: RunningServer, mps: bool) -> dict:
     got = _evaluate(server.url, (CASES / "honest.py").read_text())
     assert got["outcome"] == "correct", got.get("message")
-    if os.environ.get("KS_MPS", "off") == "off":
+    if not mps:
         assert got["timing_gate"]["calls_per_reading"] > 1  # the premise: several calls a reading
     return got
 
@@ -85,27 +94,27 @@ def test_a_reading_seen_as_a_set_gains_nothing(server: RunningServer, honest: di
         assert got["outcome"] in ("incorrect", "execution_failure"), got.get("message")
 
 
-def test_a_cached_reference_timing_keeps_the_floor(server: RunningServer, honest: dict) -> None:
+def test_a_cached_reference_timing_keeps_the_floor(server: RunningServer, honest: dict, mps: bool) -> None:
     """With ``reuse_reference_timing`` the reference's readings are not taken again, but its lone readings
     are: without its ratio the candidate's calls would have no floor (the streams case read 2.3x)."""
     got = _evaluate(server.url, (CASES / "streams_per_call.py").read_text(), reuse_reference_timing=True)
     print("streams, cached reference", got["outcome"], got.get("speedup"), got.get("timing_gate"))
     assert got["outcome"] == "correct", got.get("message")
-    if os.environ.get("KS_MPS", "off") == "off":  # under MPS the reference is timed every time
+    if not mps:  # under MPS the reference is timed every time
         assert got["ref_timing_cached"] is True  # the honest run filled the cache
         assert got["timing_gate"]["reference_ratio"] > 0
     _judge_gain(got["speedup"], honest["speedup"], "streams, cached reference")
 
 
-def test_a_fused_rewrite_batched_across_a_reading(server: RunningServer) -> None:
+def test_a_fused_rewrite_batched_across_a_reading(server: RunningServer, mps: bool) -> None:
     """The lone floor's known gap (docs/integrity.md): it scales the candidate's lone time by the
     *reference's* several-to-lone ratio. Here the reference is 48 tiny launches, whose lone calls pay the
     GPU's first-kernels cost many times, and the candidate is the honest two-launch fusion of it that also
     batches each reading's calls into one launch: its lone calls pay that cost twice, so the reference's
     ratio scales them below its honest time. On the H100 it read 1.11x, 1.14x, 1.66x and 5.1x the honest
     fusion in four runs (a lone reading of a ~5 us call moves by about the call itself), so it is not closed
-    without MPS: above 1.1x the test reports an expected failure with its figures; under MPS
-    (``KS_MPS=on``) 1.1x is a hard bound."""
+    without MPS: above 1.1x the test reports an expected failure with its figures; under MPS (the default
+    where the host runs it) 1.1x is a hard bound."""
     honest = _evaluate(server.url, (CASES / "fused_honest.py").read_text(), "ref_many_kernels.py")
     assert honest["outcome"] == "correct", honest.get("message")
     got = _evaluate(server.url, (CASES / "fused_batched.py").read_text(), "ref_many_kernels.py")
@@ -115,7 +124,7 @@ def test_a_fused_rewrite_batched_across_a_reading(server: RunningServer) -> None
     if got["outcome"] != "correct":
         assert got["outcome"] in ("incorrect", "execution_failure"), got.get("message")
         return
-    if got["speedup"] > NO_GAIN * honest["speedup"] and os.environ.get("KS_MPS", "off") == "off":
+    if got["speedup"] > NO_GAIN * honest["speedup"] and not mps:
         pytest.xfail(
             f"the lone floor's ratio gap: {got['speedup']:.3f} against the honest {honest['speedup']:.3f}"
         )
@@ -139,7 +148,7 @@ def _evaluate_bb(url: str, source: str) -> dict:
 @pytest.mark.parametrize("case", ["bb_batch_relu", "bb_defer_relu"])
 def test_backendbench_a_reading_seen_as_a_set_gains_nothing(server: RunningServer, case: str) -> None:
     """Batching a reading through frames, or leaving the work past *done* on a stream of its own (under
-    MPS with ``KS_OWN_BASELINE=1`` this is the copy bound read against the op's copies in the kernel's own
+    MPS, with the own baseline, this is the copy bound read against the op's copies in the kernel's own
     process)."""
     honest = _evaluate_bb(server.url, (CASES / "bb_honest_relu.py").read_text())
     assert honest["outcome"] == "correct", honest["feedback"]

@@ -240,7 +240,7 @@ def own_baseline(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, float 
     call's first input), or the kernel's import."""
     from kernel_service.judging.judging import OWN_BASELINE_ENV, Run
 
-    monkeypatch.setenv(OWN_BASELINE_ENV, "1")
+    monkeypatch.setenv(OWN_BASELINE_ENV, "on")
     asked: list[tuple[str, str, float | None, tuple[float, ...]]] = []
     calls, ask = Run.calls, Run.ask
 

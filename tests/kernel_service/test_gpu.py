@@ -24,9 +24,14 @@ OPTS = {"correctness_trials": 5, "perf_trials": 50, "warmup": 5, "timeout_s": 24
 
 
 @pytest.fixture(scope="module")
-def gpu_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    service = KernelService(KernelServiceConfig(gpus=None, work_dir=tmp_path_factory.mktemp("ks-gpu")))
-    with start_server(make_app(service), startup_timeout=300) as server:
+def gpu_service(tmp_path_factory: pytest.TempPathFactory) -> KernelService:
+    """The service's default config (``KS_MPS``, ``KS_OWN_BASELINE``: auto when unset)."""
+    return KernelService(KernelServiceConfig(gpus=None, work_dir=tmp_path_factory.mktemp("ks-gpu")))
+
+
+@pytest.fixture(scope="module")
+def gpu_server(gpu_service: KernelService) -> Iterator[RunningServer]:
+    with start_server(make_app(gpu_service), startup_timeout=300) as server:
         yield server
 
 
@@ -247,7 +252,7 @@ class ModelNew(nn.Module):
 
 
 def test_short_calls_are_timed_several_per_reading_and_each_output_is_checked(
-    gpu_server: RunningServer,
+    gpu_server: RunningServer, gpu_service: KernelService
 ) -> None:
     """A call of a few microseconds is timed many to a reading (one hop's cost divided among them), the
     same for both sides: the reference against itself reads ~1x. A kernel that answers a reading's later
@@ -261,7 +266,7 @@ def test_short_calls_are_timed_several_per_reading_and_each_output_is_checked(
     honest, stale = (KernelEvalResponse.model_validate(a.json()) for a in answers)
     assert honest.outcome == "correct", honest.message
     assert honest.timing_gate is not None
-    if KernelServiceConfig().mps == "off":
+    if not gpu_service.mps_running:
         assert honest.timing_gate["calls_per_reading"] >= 16, honest.timing_gate
     else:  # under MPS (KS_MPS) a reading is one call, at each side's own level, in several process pairs
         assert honest.timing_gate["calls_per_reading"] == 1, honest.timing_gate
@@ -270,7 +275,7 @@ def test_short_calls_are_timed_several_per_reading_and_each_output_is_checked(
     # anywhere from 0.25x to 1.56x
     assert honest.speedup is not None and 0.9 < honest.speedup < 1.1, (honest.speedup, honest.timing_gate)
     assert honest.new_timing is not None and honest.new_timing.median < 0.05, honest.new_timing
-    if KernelServiceConfig().mps != "off":  # one call a reading: calls >200 us apart, each computed
+    if gpu_service.mps_running:  # one call a reading: calls >200 us apart, each computed
         assert stale.outcome == "correct" and (stale.speedup or 0) < 1.1, (stale.outcome, stale.speedup)
         return
     # Refused either way: its reused outputs are wrong, or (one H100 run in four) the judge's own

@@ -210,11 +210,12 @@ def test_fast_comparison_in_chunks_finds_an_error_in_the_last_chunk(monkeypatch:
 def test_the_mps_setting_comes_from_ks_mps_where_the_config_names_none(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The runners embed the service with a default config: ``KS_MPS`` is how their users turn MPS on."""
+    """The runners embed the service with a default config: ``KS_MPS`` is how their users set MPS (auto,
+    where the host can run it, when unset)."""
     from kernel_service.service import KernelServiceConfig
 
     monkeypatch.delenv("KS_MPS", raising=False)
-    assert KernelServiceConfig().mps == "off"
+    assert KernelServiceConfig().mps == "auto"
     monkeypatch.setenv("KS_MPS", "on")
     assert KernelServiceConfig().mps == "on"
     assert KernelServiceConfig(mps="off").mps == "off"
@@ -229,11 +230,38 @@ def test_the_mps_setting_comes_from_ks_mps_where_the_config_names_none(
     assert got.exit_code == 2 and "Invalid value for '--mps'" in got.output, got.output
 
 
+def test_the_own_baseline_setting_reaches_the_judge_as_the_service_resolved_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``KS_OWN_BASELINE`` (auto, on, off) is validated where the service is configured, and the judge's
+    decision follows the setting and whether the worker times under MPS."""
+    from click.testing import CliRunner
+    from kernel_service.cli import main
+    from kernel_service.judging.judging import OWN_BASELINE_ENV, own_baseline
+    from kernel_service.service import OWN_BASELINE_ENV as SERVICE_ENV
+    from kernel_service.service import KernelServiceConfig
+
+    assert OWN_BASELINE_ENV == SERVICE_ENV
+    monkeypatch.delenv(OWN_BASELINE_ENV, raising=False)
+    assert KernelServiceConfig().own_baseline == "auto"
+    assert own_baseline(True) and not own_baseline(False)  # auto: under MPS only
+    monkeypatch.setenv(OWN_BASELINE_ENV, "off")
+    assert KernelServiceConfig().own_baseline == "off"
+    assert not own_baseline(True)
+    monkeypatch.setenv(OWN_BASELINE_ENV, "on")
+    assert own_baseline(False)
+    monkeypatch.setenv(OWN_BASELINE_ENV, "1")
+    with pytest.raises(ValueError, match="KS_OWN_BASELINE: expected auto, on or off; got '1'"):
+        KernelServiceConfig()
+    got = CliRunner().invoke(main, ["serve", "--gpus", "none"], env={OWN_BASELINE_ENV: "1"})
+    assert got.exit_code == 2 and "Invalid value for '--own-baseline'" in got.output, got.output
+
+
 def test_under_mps_a_failed_judge_context_is_charged_to_the_phase(monkeypatch: pytest.MonkeyPatch) -> None:
     """Under MPS a side's fatal GPU fault ends the judge's context too: the worker marks the judge's CUDA
     error a ``gpu_fault``, which the service charges as a crash in the job's phase (an out-of-bounds
     kernel is ``execution_failure``, not ``sandbox_error``); without MPS it stays the harness's error.
-    (The GPU test ``test_gpu_kernels_outcomes_and_recovery`` under ``KS_MPS=on`` causes it for real.)"""
+    (The GPU test ``test_gpu_kernels_outcomes_and_recovery`` under MPS causes it for real.)"""
     from kernel_service.kernelbench.schemas import KernelEvalRequest
     from kernel_service.service import KernelService, KernelServiceConfig
     from kernel_service.workers.pool import Reply

@@ -35,7 +35,7 @@ def kernel_service_speaks_backendbench() -> bool:
 
 
 def make_service(
-    sandbox: str = "auto", cpu_workers: int = 1, gpus: list[int] | None = None, mps: str = "off"
+    sandbox: str = "auto", cpu_workers: int = 1, gpus: list[int] | None = None, mps: str | None = None
 ) -> BenchmarkService:
     """The kernel service with every visible GPU (or ``cpu_workers`` CPU workers when there is none).
 
@@ -46,13 +46,9 @@ def make_service(
     from kernel_service.service import KernelService, KernelServiceConfig
 
     if kernel_service_speaks_backendbench():
-        config = KernelServiceConfig(
-            gpus=gpus,
-            cpu_workers=cpu_workers,
-            sandbox=sandbox,
-            compile_step=False,
-            mps=mps,  # type: ignore[arg-type]
-        )
+        config = KernelServiceConfig(gpus=gpus, cpu_workers=cpu_workers, sandbox=sandbox, compile_step=False)
+        if mps is not None:  # else the service's default: ``KS_MPS``, auto when unset
+            config.mps = mps  # type: ignore[assignment]
         return KernelService(config)
     # A kernel service from before the ``kind`` dispatch: its BackendBench-only sibling, same workers.
     from kernel_service.backendbench_service import BackendBenchService

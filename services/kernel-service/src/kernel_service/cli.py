@@ -36,14 +36,17 @@ def _config(
     sandbox: str,
     datasets: tuple[Path, ...],
 ) -> KernelServiceConfig:
-    return KernelServiceConfig(
-        gpus=parse_gpus(gpus),
-        cpu_workers=workers,
-        work_dir=work_dir,
-        build_cache_dir=build_cache,
-        sandbox=sandbox,
-        dataset_sources=list(datasets),
-    )
+    try:  # the MPS and own-baseline settings come from the environment here (KS_MPS, KS_OWN_BASELINE)
+        return KernelServiceConfig(
+            gpus=parse_gpus(gpus),
+            cpu_workers=workers,
+            work_dir=work_dir,
+            build_cache_dir=build_cache,
+            sandbox=sandbox,
+            dataset_sources=list(datasets),
+        )
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
 
 
 _common = [
@@ -157,14 +160,24 @@ def main() -> None:
 @click.option(
     "--mps",
     type=click.Choice(["auto", "on", "off"]),
-    default="off",
+    default="auto",
     show_default=True,
     envvar="KS_MPS",
     show_envvar=True,
     help="an NVIDIA MPS daemon of the service's own for its GPUs (auto: when GPUs and the tool exist). "
-    "Off: several calls a reading, bounded from below by lone calls. On: one call a reading, so a "
-    "submission cannot overlap, batch or share work across a reading's calls; each side read at one "
-    "path level (docs/integrity.md)",
+    "On: one call a reading, so a submission cannot overlap, batch or share work across a reading's "
+    "calls; each side read at one path level. Off: several calls a reading, bounded from below by lone "
+    "calls (docs/integrity.md)",
+)
+@click.option(
+    "--own-baseline",
+    type=click.Choice(["auto", "on", "off"]),
+    default="auto",
+    show_default=True,
+    envvar="KS_OWN_BASELINE",
+    show_envvar=True,
+    help="read a kernel against the reference timed in the kernel's own process before the kernel loads "
+    "(auto: under MPS; on: BackendBench on any GPU path too)",
 )
 @common_options
 def serve(
@@ -184,6 +197,7 @@ def serve(
     build_pch: bool,
     light_include: bool,
     mps: str,
+    own_baseline: str,
     gpus: str,
     workers: int,
     work_dir: Path | None,
@@ -209,6 +223,7 @@ def serve(
     cfg.build_pch = build_pch
     cfg.light_include = light_include
     cfg.mps = "on" if mps == "on" else "off" if mps == "off" else "auto"
+    cfg.own_baseline = "on" if own_baseline == "on" else "off" if own_baseline == "off" else "auto"
     service = KernelService(cfg)
     run_server(make_app(service, config), host, port)
 

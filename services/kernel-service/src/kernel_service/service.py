@@ -72,15 +72,29 @@ PHASE_OUTCOME: dict[str, Outcome] = {
 __all__ = ["BUILT_MARKER", "BuildCache", "KernelService", "KernelServiceConfig", "RefTimingCache"]
 #: The service's MPS setting where a config names none: the embedded services of the runners read it.
 MPS_ENV = "KS_MPS"
+#: The own-baseline setting where a config names none; the eval workers get the service's resolved
+#: setting under the same name (``judging.own_baseline`` reads it there).
+OWN_BASELINE_ENV = "KS_OWN_BASELINE"
+Setting = Literal["auto", "on", "off"]
 
 
-def mps_from_env() -> Literal["auto", "on", "off"]:
-    """``KS_MPS`` (auto, on or off; off when unset)."""
-    value = os.environ.get(MPS_ENV, "off").strip().lower()
+def setting_from_env(name: str) -> Setting:
+    """An auto/on/off setting from the environment variable ``name`` (auto when unset)."""
+    value = os.environ.get(name, "auto").strip().lower()
     for setting in ("auto", "on", "off"):
         if value == setting:
             return setting
-    raise ValueError(f"{MPS_ENV}: expected auto, on or off; got {value!r}")
+    raise ValueError(f"{name}: expected auto, on or off; got {value!r}")
+
+
+def mps_from_env() -> Setting:
+    """``KS_MPS`` (auto when unset)."""
+    return setting_from_env(MPS_ENV)
+
+
+def own_baseline_from_env() -> Setting:
+    """``KS_OWN_BASELINE`` (auto when unset)."""
+    return setting_from_env(OWN_BASELINE_ENV)
 
 
 #: Bump when the timing method changes: cached reference timings of another method are not comparable.
@@ -124,11 +138,16 @@ class KernelServiceConfig:
     max_jobs_per_worker: int = 50
     fsize_bytes: int = 1 << 30
     nproc: int | None = None
-    #: NVIDIA MPS for the eval workers' GPUs ("auto": when there are GPUs and the control tool exists;
-    #: unset: ``KS_MPS``, else off). Under MPS a reading is one call: a reading's calls cannot be overlapped,
+    #: NVIDIA MPS for the eval workers' GPUs ("auto", the default: when there are GPUs and the control tool
+    #: exists; unset: ``KS_MPS``). Under MPS a reading is one call: a reading's calls cannot be overlapped,
     #: batched or shared, and each starts from a flushed L2 (``mps.py`` says what it costs: one client's
-    #: fatal fault ends the judge's context too).
-    mps: Literal["auto", "on", "off"] = field(default_factory=mps_from_env)
+    #: fatal fault ends the judge's context too). Off, a short call is timed several to a reading and a
+    #: reading's calls are only bounded from below by lone calls (docs/integrity.md).
+    mps: Setting = field(default_factory=mps_from_env)
+    #: Read a kernel against the reference timed in the kernel's own process before the kernel loads there
+    #: (``judging.own_baseline``; unset: ``KS_OWN_BASELINE``). "auto": under MPS, where a side process's
+    #: mode for real calls would otherwise split the sides; "on": BackendBench on any GPU path too.
+    own_baseline: Setting = field(default_factory=own_baseline_from_env)
 
 
 class RefTimingCache:
@@ -211,6 +230,12 @@ class KernelService(BenchmarkService):
     def has_gpu(self) -> bool:
         return bool(self.gpus)
 
+    @property
+    def mps_running(self) -> bool:
+        """Whether the eval workers time through the service's MPS daemon (``mps="auto"`` falls back to
+        off where the host cannot run one)."""
+        return self._mps is not None and self._mps.running
+
     async def startup(self) -> None:
         cfg = self.config
         if cfg.executor not in ("local", "ray"):
@@ -242,6 +267,7 @@ class KernelService(BenchmarkService):
             # behind make the worker recycle itself (a fresh torch import, ~12 s on an H100 host) after
             # every torch.compile submission, and one problem has only a few kernels to compile.
             "TORCHINDUCTOR_COMPILE_THREADS": "1",
+            OWN_BASELINE_ENV: cfg.own_baseline,
         }
         devices: list[str | None] = (
             [worker_gpu(g) if self._ray is None else str(g) for g in self.gpus]
@@ -384,6 +410,8 @@ class KernelService(BenchmarkService):
             "versions": self._versions(),
             "timing": TIMING_VERSION,
             "threads": self.config.cpu_threads,
+            "mps": self.mps_running,
+            "own_baseline": self.config.own_baseline,
         }
 
     def _base_fields(self, request: KernelEvalRequest) -> dict[str, Any]:

@@ -100,7 +100,7 @@ def time_cases(
     sizes: list[int] | None = None
     blocks: list[Block] = []
     mps = run.device.type == "cuda" and under_mps()
-    own = own_baseline()
+    own = own_baseline(mps)
 
     def load() -> None:
         if (failed := load_kernel(sides, prep.req, prep.base)) is not None:

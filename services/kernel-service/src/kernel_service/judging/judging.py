@@ -82,17 +82,19 @@ LONE_ABS_MS = 0.0015
 #: not move that case (x1.17-1.18 on the H100) and read the honest 4-layer MLP 0.92x (BENCHMARKS.md).
 LONE_NOISE_Z = 2.0
 LONE_NOISE_CAP_MS = 0.002
-#: Set to 1: the kernel is read against the reference timed in the kernel's own process before the kernel
-#: is imported there (BackendBench: the op, on every GPU path; KernelBench: the reference model, under MPS
-#: where a call is under ``LEVEL_MATCH_MS``),
-#: and the reference's process only checks every timed output, so it is not moved to the candidate's level.
-#: The reference is called there on values of its own, and the kernel's copy bound is read against its
-#: copies there (:func:`copy_bound`). Opt-in until its adversarial and multi-GPU runs (BENCHMARKS.md, issue
-#: 30: under MPS the BackendBench smoke ops read 0.985-1.009 against themselves, 12 of 12 within 0.98-1.02).
-#: Why: a side process sits in one of two modes for real calls (~1.1 us apart on mm, 10% of the call) that
-#: the level probes do not see, and one role kept the slow mode for a whole service's life: mm read
-#: 0.927-1.093 against itself over six services (H100). The reference and the kernel read in one process
-#: share its mode; the submission's code is not in that process until the reference's readings are taken.
+#: The kernel is read against the reference timed in the kernel's own process before the kernel is
+#: imported there (BackendBench: the op; KernelBench: the reference model, where a call is under
+#: ``LEVEL_MATCH_MS``), and the reference's process only checks every timed output, so it is not moved to
+#: the candidate's level. The reference is called there on values of its own, and the kernel's copy bound
+#: is read against its copies there (:func:`copy_bound`). The service sets it for its eval workers
+#: (``KernelServiceConfig.own_baseline``): auto (under MPS, the default), on (BackendBench on any GPU path
+#: too) or off. Why: a side process sits in one of two modes for real calls (~1.1 us apart on mm, 10% of
+#: the call) that the level probes do not see, and one role kept the slow mode for a whole service's life:
+#: mm read 0.927-1.093 against itself over six services (H100, MPS). The reference and the kernel read in
+#: one process share its mode; the submission's code is not in that process until the reference's
+#: readings are taken. Under MPS with it, the BackendBench smoke ops read 0.985-1.012 against themselves
+#: (30 of 30 within 0.98-1.02 on the H100; without it 0.965-1.075), and level 1, fidelity, the reading cheats and the
+#: adversarial runs held (BENCHMARKS.md, issue 30).
 OWN_BASELINE_ENV = "KS_OWN_BASELINE"
 #: The timing report's key for it: the reference's time in the candidate's process against its time in
 #: the reference's (percent).
@@ -858,9 +860,11 @@ def pct_apart(times: list[float], against: list[float]) -> float:
     return round(100 * (statistics.median(times) / statistics.median(against) - 1), 3)
 
 
-def own_baseline() -> bool:
-    """Whether kernels are read against the reference timed in their own process (``OWN_BASELINE_ENV``)."""
-    return os.environ.get(OWN_BASELINE_ENV) == "1"
+def own_baseline(mps: bool) -> bool:
+    """Whether kernels are read against the reference timed in their own process (``OWN_BASELINE_ENV``:
+    on, off, or auto: ``mps``, whether this worker times under MPS)."""
+    setting = os.environ.get(OWN_BASELINE_ENV, "auto")
+    return setting == "on" or (setting != "off" and mps)
 
 
 def own_level(before_load_ms: float, after_ms: float) -> float:

@@ -306,7 +306,8 @@ def _evaluate(
 
     assert atol is not None and rtol is not None
     with phase("timing"):
-        own = device.type == "cuda" and under_mps() and own_baseline()
+        mps = device.type == "cuda" and under_mps()
+        own = mps and own_baseline(mps)
         timing = _pairs(run, job, partial(_time, run, job, get_inputs, atol, rtol, started), started, own)
     if timing["mismatch"]:
         return {**common, "outcome": Outcome.INCORRECT.value, "reward": reward_for(Outcome.INCORRECT, None),
