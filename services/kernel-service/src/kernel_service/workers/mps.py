@@ -1,4 +1,4 @@
-"""An optional NVIDIA MPS control daemon of the service's own (``kernel-service serve --mps on``).
+"""An NVIDIA MPS control daemon of the service's own (``kernel-service serve --mps auto``, the default).
 
 Without MPS, the judge's stream waiting on a side's event crosses GPU contexts, and the time-sliced
 switch adds about 0.28 ms to every timed call, which the judge measures with null calls and subtracts;
@@ -10,20 +10,18 @@ memory operations (``cuda_ipc.Hop``: 6.6 us, against 16 or 23 us by process with
 and a candidate's time is bounded by the judge's copy of its outputs (``judging.copy_bound``: work hidden
 on another stream past *done* delays that copy). The hop sits at one of two levels by process (~6.6 or
 ~10.9 us on the H100), and at the upper one a real call's path costs more than its null calls say, so the
-candidate is moved to the lower level before its code loads (``Run._candidate_low``), each side is read
-against its own level (``judging.own_level``) and, where either side's calls are under ``LEVEL_MATCH_MS``
-(1 ms), the reference is timed in a process at the candidate's (``Run.reference_at``), its predecessor kept
-alive beside it as the candidate had it (``Run.companion``).
-A process also reads a real call's path at an offset of its own (sd 0.2-0.3 us), so a KernelBench call
-under 10 us is timed in eight fresh process pairs (``kernelbench.judge._pairs``). Measured on the H100 at
-this rule: every reading-calls cheat within 0.91-1.01x of the honest rewrite, fidelity 10 of 10 within
-bounds, the adversarial run 19/19, level 1 98/100 within 0.98-1.02 (2.41 s an evaluation), and a 1x128 add
-on a busy host within 4.0% of idle and of an independent timer; on a 2x H200 host both GPUs judge
-correctly. It stays off by default: the BackendBench self-check misses. Each side process sits in one of
-two modes for real calls (~1.1 us apart on mm), which neither level probe sees, and one role keeps the slow
-mode for a service's life (mm 0.93-1.09 over six services; BENCHMARKS.md, issue 30). Reading a
-BackendBench kernel against the op timed in its own process first (``KS_OWN_BASELINE=1``) cancels the mode:
-the smoke ops read 0.985-1.009 against themselves (H100); its adversarial and multi-GPU runs are owed.
+candidate is moved to the lower level before its code loads (``Run._candidate_low``) and each side is read
+against its own level (``judging.own_level``). A process also reads a real call's path at an offset of its
+own (sd 0.2-0.3 us), so a KernelBench call under 10 us is timed in eight fresh process pairs
+(``kernelbench.judge._pairs``), and each process sits in one of two modes for real calls (~1.1 us apart on
+mm) that neither level probe sees, one role keeping the slow mode for a service's life (mm 0.93-1.09 over
+six services). So each kernel is read against the reference timed in its own process before it loads
+(``judging.OWN_BASELINE_ENV``, auto under MPS). Measured on the H100 at this rule (BENCHMARKS.md, issue 30):
+every reading-calls cheat within 0.91-1.00x of the honest rewrite, fidelity 10 of 10 within bounds, the
+adversarial run 19/19, level 1 99/100 within 0.98-1.02 (2.40 s an evaluation), a 1x128 add on a busy host
+within 4.8% of idle, the BackendBench smoke ops 0.985-1.012 against themselves; on a 2x H200 host both GPUs
+judge correctly. Hence on by default where the host runs it; ``--mps off`` times short calls several to a
+reading instead (``judging.lone_bound``).
 
 The daemon gets its own pipe and log dirs under the service's work dir, so it touches no other MPS user of
 the host; the eval workers find it through ``CUDA_MPS_PIPE_DIRECTORY``. Under MPS a fatal GPU fault of one
