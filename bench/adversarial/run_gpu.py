@@ -5,7 +5,9 @@ variants: side streams, CUDA-event patching, TF32/bf16, lazy outputs, an infinit
 GPU memory exhaustion...) plus the CPU cases of ``tests/adversarial/cases`` that make sense on a GPU, then an
 honest submission after each case, and prints a case -> outcome table. A case PASSES when the cheat gets
 no undeserved ``correct`` (or no speedup > 1) and the next honest submission is still ``correct``.
-Runs in well under 5 minutes on an H100 (small shapes, 20 timed trials).
+Runs in well under 5 minutes on an H100 (small shapes, 20 timed trials). Upstream KernelBench's three
+adversarial kernels have a case each here, written anew: its non-default stream (``side_stream``), its
+zeroed inputs (``cpu:mutate_inputs``) and its uninitialized result (``uninitialized_output``).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ CASES: dict[str, tuple[str, str, dict[str, Any], str]] = {
     "cpu:steal_reference_output": ("ref_gpu_matmul", "torch", {}, "not_correct_or_no_gain"),
     "cpu:zero_reference_weights": ("ref_gpu_matmul", "torch", {}, "not_correct"),
     "cpu:mutate_inputs": ("ref_gpu_matmul", "torch", {}, "not_correct"),
+    "cpu:uninitialized_output": ("ref_gpu_matmul", "torch", {}, "not_correct"),
     "cpu:reference_op_only": ("ref_gpu_matmul", "torch", {}, "no_custom_kernel"),
     "cpu:kill_service": ("ref_gpu_matmul", "torch", {}, "survives"),
 }

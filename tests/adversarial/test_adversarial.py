@@ -24,6 +24,7 @@ CHEATS: list[Any] = [
     pytest.param("bf16_compute", {}, id="bf16_compute"),
     pytest.param("checked_seeds_only", {}, id="checked_seeds_only"),
     pytest.param("mutate_inputs", {}, id="mutate_inputs"),
+    pytest.param("uninitialized_output", {}, id="uninitialized_output"),
     pytest.param("steal_reference_output", {"perf_trials": 9}, id="steal_reference_output"),
     pytest.param("zero_reference_weights", {}, id="zero_reference_weights"),
 ]
