@@ -7,7 +7,8 @@ honest submission after each case, and prints a case -> outcome table. A case PA
 no undeserved ``correct`` (or no speedup > 1) and the next honest submission is still ``correct``.
 Runs in well under 5 minutes on an H100 (small shapes, 20 timed trials). Upstream KernelBench's three
 adversarial kernels have a case each here, written anew: its non-default stream (``side_stream``), its
-zeroed inputs (``cpu:mutate_inputs``) and its uninitialized result (``uninitialized_output``).
+zeroed inputs (``cpu:mutate_inputs``) and its uninitialized result (``cpu:uninitialized_output``, not
+yet run on a GPU).
 """
 
 from __future__ import annotations

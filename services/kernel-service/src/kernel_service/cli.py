@@ -6,13 +6,13 @@ import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import click
 
 from .judging.schemas import MAX_TOLERANCE, EvalOptions, Outcome
 from .kernelbench.schemas import KernelEvalRequest, KernelEvalResponse
-from .service import KernelService, KernelServiceConfig
+from .service import KernelService, KernelServiceConfig, Setting
 
 
 def parse_gpus(value: str) -> list[int] | None:
@@ -222,8 +222,7 @@ def serve(
     cfg.ray_eval_resources = _resources(eval_resources)
     cfg.build_pch = build_pch
     cfg.light_include = light_include
-    cfg.mps = "on" if mps == "on" else "off" if mps == "off" else "auto"
-    cfg.own_baseline = "on" if own_baseline == "on" else "off" if own_baseline == "off" else "auto"
+    cfg.mps, cfg.own_baseline = cast(Setting, mps), cast(Setting, own_baseline)  # click.Choice checked them
     service = KernelService(cfg)
     run_server(make_app(service, config), host, port)
 

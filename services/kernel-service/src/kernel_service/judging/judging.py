@@ -93,8 +93,8 @@ LONE_NOISE_CAP_MS = 0.002
 #: mm read 0.927-1.093 against itself over six services (H100, MPS). The reference and the kernel read in
 #: one process share its mode; the submission's code is not in that process until the reference's
 #: readings are taken. Under MPS with it, the BackendBench smoke ops read 0.985-1.012 against themselves
-#: (30 of 30 within 0.98-1.02 on the H100; without it 0.965-1.075), and level 1, fidelity, the reading cheats and the
-#: adversarial runs held (BENCHMARKS.md, issue 30).
+#: (30 of 30 within 0.98-1.02 on the H100; without it 0.965-1.075), and level 1, fidelity, the reading
+#: cheats and the adversarial runs held (BENCHMARKS.md, issue 30).
 OWN_BASELINE_ENV = "KS_OWN_BASELINE"
 #: The timing report's key for it: the reference's time in the candidate's process against its time in
 #: the reference's (percent).

@@ -146,7 +146,7 @@ ENV_ALLOW = frozenset(
         "CC", "CXX", "MAX_JOBS",
         "CUDA_HOME", "CUDA_PATH", "CUDA_MODULE_LOADING", "CUDA_DEVICE_ORDER", "TORCH_CUDA_ARCH_LIST",
         "TRITON_PTXAS_PATH", "TRITON_CUOBJDUMP_PATH", "TRITON_NVDISASM_PATH", "TRITON_LIBCUDA_PATH",
-        "KS_ARENA", "KS_OWN_BASELINE",  # transport.ARENA_ENV, OWN_BASELINE_ENV: timing experiments
+        "KS_ARENA", "KS_OWN_BASELINE",  # transport.ARENA_ENV (an experiment); OWN_BASELINE_ENV (the service's setting)
     }
 )  # fmt: skip
 
