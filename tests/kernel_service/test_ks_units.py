@@ -219,6 +219,12 @@ def test_the_mps_setting_comes_from_ks_mps_where_the_config_names_none(
     monkeypatch.setenv("KS_MPS", "on")
     assert KernelServiceConfig().mps == "on"
     assert KernelServiceConfig(mps="off").mps == "off"
+    # both runners' embedded services follow it (the BackendBench one was pinned off)
+    from backendbench_runner.service import make_service as backendbench_service
+    from kernelbench_runner.service import make_service as kernelbench_service
+
+    for embedded in (backendbench_service(gpus=[]), kernelbench_service(gpus=[])):
+        assert embedded.config.mps == "on"  # type: ignore[attr-defined]
     monkeypatch.setenv("KS_MPS", "sometimes")
     with pytest.raises(ValueError, match="KS_MPS: expected auto, on or off; got 'sometimes'"):
         KernelServiceConfig()
