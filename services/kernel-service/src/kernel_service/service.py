@@ -34,6 +34,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar, Literal, overload
 
@@ -87,16 +88,6 @@ def setting_from_env(name: str) -> Setting:
     raise ValueError(f"{name}: expected auto, on or off; got {value!r}")
 
 
-def mps_from_env() -> Setting:
-    """``KS_MPS`` (auto when unset)."""
-    return setting_from_env(MPS_ENV)
-
-
-def own_baseline_from_env() -> Setting:
-    """``KS_OWN_BASELINE`` (auto when unset)."""
-    return setting_from_env(OWN_BASELINE_ENV)
-
-
 #: Bump when the timing method changes: cached reference timings of another method are not comparable.
 TIMING_VERSION = "1"
 
@@ -143,11 +134,11 @@ class KernelServiceConfig:
     #: batched or shared, and each starts from a flushed L2 (``mps.py`` says what it costs: one client's
     #: fatal fault ends the judge's context too). Off, a short call is timed several to a reading and a
     #: reading's calls are only bounded from below by lone calls (docs/integrity.md).
-    mps: Setting = field(default_factory=mps_from_env)
+    mps: Setting = field(default_factory=partial(setting_from_env, MPS_ENV))
     #: Read a kernel against the reference timed in the kernel's own process before the kernel loads there
     #: (``judging.own_baseline``; unset: ``KS_OWN_BASELINE``). "auto": under MPS, where a side process's
     #: mode for real calls would otherwise split the sides; "on": BackendBench on any GPU path too.
-    own_baseline: Setting = field(default_factory=own_baseline_from_env)
+    own_baseline: Setting = field(default_factory=partial(setting_from_env, OWN_BASELINE_ENV))
 
 
 class RefTimingCache:
