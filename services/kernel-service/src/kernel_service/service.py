@@ -76,6 +76,8 @@ MPS_ENV = "KS_MPS"
 #: The own-baseline setting where a config names none; the eval workers get the service's resolved
 #: setting under the same name (``judging.own_baseline`` reads it there).
 OWN_BASELINE_ENV = "KS_OWN_BASELINE"
+#: How many times a job is run again after failing before the submission's code ran (``environment_fault``).
+ENVIRONMENT_RETRIES = 2
 Setting = Literal["auto", "on", "off"]
 
 
@@ -205,6 +207,7 @@ class KernelService(BenchmarkService):
         self._own_work_dir: Path | None = None
         self._inflight: dict[str, SharedRun[tuple[KernelEvalResponse, bool]]] = {}
         self._joined = 0  # requests answered by joining an identical evaluation in flight
+        self._retries = 0  # jobs run again after a failure outside the submission (``environment_fault``)
         self.eval_pool: JobRunner | None = None
         self.compile_pool: JobRunner | None = None
         self.problems = ProblemStore.from_sources(self.config.dataset_sources)
@@ -215,7 +218,7 @@ class KernelService(BenchmarkService):
         self._ray: Any = None  # the RayCluster handle when executor == "ray"
         self._background: set[Any] = set()  # as-written builds still running after a light one won
         self._compiling = 0  # compile jobs submitted and not yet answered (``compile_spare``)
-        self._mps: MpsDaemon | None = None
+        self._mps: list[MpsDaemon] = []
 
     @property
     def has_gpu(self) -> bool:
@@ -225,7 +228,7 @@ class KernelService(BenchmarkService):
     def mps_running(self) -> bool:
         """Whether the eval workers time through the service's MPS daemon (``mps="auto"`` falls back to
         off where the host cannot run one)."""
-        return self._mps is not None and self._mps.running
+        return bool(self._mps) and all(d.running for d in self._mps)
 
     async def startup(self) -> None:
         cfg = self.config
@@ -280,27 +283,29 @@ class KernelService(BenchmarkService):
             else {}
         )
         eval_env.update(node_limit)
+        device_env: dict[str, dict[str, str]] = {}
         if self.gpus and cfg.mps != "off" and self._ray is None:
-            self._mps = MpsDaemon(work)
-            if await anyio.to_thread.run_sync(self._mps.start):
-                eval_env.update(self._mps.env)
-            elif cfg.mps == "on":
-                raise RuntimeError("mps='on' but the MPS control daemon could not be started (see the log)")
+            device_env = await self._start_mps(work, [d for d in devices if d is not None])
 
-        def pool_config(role: str, env: dict[str, str]) -> WorkerConfig:
+        def pool_config(
+            role: str, env: dict[str, str], per_device: dict[str, dict[str, str]]
+        ) -> WorkerConfig:
             assert self.build_cache is not None
             return WorkerConfig(
                 role=role,
                 root=work,
                 max_jobs_per_worker=cfg.max_jobs_per_worker,
                 env=env,
+                device_env=per_device,
                 fsize_bytes=cfg.fsize_bytes,
                 nproc=cfg.nproc,
                 sandbox=cfg.sandbox,
                 writable=[self.build_cache.root],
             )
 
-        self.eval_pool = self._runner(pool_config("eval", eval_env), devices, cfg.ray_eval_resources)
+        self.eval_pool = self._runner(
+            pool_config("eval", eval_env, device_env), devices, cfg.ray_eval_resources
+        )
         await self.eval_pool.start()
         self.env_info = dict(self.eval_pool.ready_info or {})
         if cfg.compile_step:
@@ -314,9 +319,28 @@ class KernelService(BenchmarkService):
             if cfg.build_pch:
                 compile_env["KS_BUILD_PCH"] = str(self.build_cache.root / "pch")
             self.compile_pool = self._runner(
-                pool_config("compile", compile_env), [None] * n, cfg.ray_compile_resources
+                pool_config("compile", compile_env, {}), [None] * n, cfg.ray_compile_resources
             )
             await self.compile_pool.start()
+
+    async def _start_mps(self, work: Path, devices: list[str]) -> dict[str, dict[str, str]]:
+        """One MPS daemon a GPU (``workers.mps`` says why); each eval worker's environment for its own.
+        Where one cannot start, none runs (``mps='auto'``) or the service refuses to start (``'on'``)."""
+        self._mps = [MpsDaemon(work, d) for d in devices]
+        for daemon in self._mps:
+            if not await anyio.to_thread.run_sync(daemon.start):
+                await self._stop_mps()
+                if self.config.mps == "on":
+                    raise RuntimeError(
+                        "mps='on' but an MPS control daemon could not be started (see the log)"
+                    )
+                return {}
+        return {d.gpu: d.client_env for d in self._mps}
+
+    async def _stop_mps(self) -> None:
+        for daemon in self._mps:
+            await anyio.to_thread.run_sync(daemon.stop)
+        self._mps = []
 
     def _runner(
         self, config: WorkerConfig, devices: list[str | None], resources: dict[str, float] | None = None
@@ -335,9 +359,7 @@ class KernelService(BenchmarkService):
         if self._ray is not None:
             await anyio.to_thread.run_sync(self._ray.shutdown)
             self._ray = None
-        if self._mps is not None:
-            await anyio.to_thread.run_sync(self._mps.stop)
-            self._mps = None
+        await self._stop_mps()
         if self._own_work_dir is not None:
             own, self._own_work_dir = self._own_work_dir, None
             await anyio.to_thread.run_sync(lambda: shutil.rmtree(own, ignore_errors=True))
@@ -356,6 +378,7 @@ class KernelService(BenchmarkService):
             "cancelled": sum(int(p["cancelled_queued"] + p["cancelled_running"]) for p in pools.values()),
             "in_flight_shared": len(self._inflight),
             "joined_in_flight": self._joined,
+            "retries": self._retries,
             "result_cache": None
             if cache is None
             else {"entries": len(cache), "hits": cache.hits, "misses": cache.misses},
@@ -617,9 +640,10 @@ class KernelService(BenchmarkService):
             "build_dir": str(build_dir),
             "cached_ref_timing": cached.model_dump() if cached else None,
         }
-        reply, waited = await self.eval_pool.run(job, opts.timeout_s + KILL_GRACE_S)
+        reply, waited, retries = await self._run_retrying(job, opts.timeout_s + KILL_GRACE_S)
         queue_s += waited
         response = self._response_from(reply, base, request)
+        response.retries = retries
         response.extension_cache_hit = cache_hit
         response.elapsed.queue_s = queue_s
         response.elapsed.compile_s += compile_s
@@ -632,6 +656,26 @@ class KernelService(BenchmarkService):
         ):
             self.ref_cache.put(ref_key, response.ref_timing)
         return response, reply.result is not None
+
+    async def _run_retrying(self, job: dict[str, Any], timeout: float) -> tuple[Reply, float, list[str]]:
+        """``job`` on the eval pool, run again (up to ``ENVIRONMENT_RETRIES`` times, a fresh job id each
+        time) while it failed before the submission's code ran (:func:`environment_fault`): the reply, the
+        seconds spent waiting for workers, and why each retry was made."""
+        assert self.eval_pool is not None
+        retries: list[str] = []
+        waited_s = 0.0
+        while True:
+            reply, waited = await self.eval_pool.run(job, timeout)
+            waited_s += waited
+            why = environment_fault(reply)
+            if why is None or len(retries) >= ENVIRONMENT_RETRIES:
+                return reply, waited_s, retries
+            retries.append(why[:300])
+            self._retries += 1
+            logger.warning(
+                "job %s failed before the submission ran (%s): running it again", job["job_id"], why
+            )
+            job = {**job, "job_id": uuid.uuid4().hex[:12]}
 
     def compile_spare(self) -> int:
         """Compile workers free for another build now (none queued behind them)."""
@@ -714,15 +758,23 @@ class KernelService(BenchmarkService):
                 msg = f"evaluation exceeded timeout_s={request.options.timeout_s:g} (during {reply.phase or 'startup'}); worker killed"
             elif reply.failure in ("crash", "gpu_fault"):
                 outcome = PHASE_OUTCOME.get(reply.phase or "", Outcome.SANDBOX_ERROR)
+                if (
+                    reply.phase == "load" and reply.candidate_started
+                ):  # its import or ``__init__`` took it down
+                    outcome = Outcome.INITIALIZATION_FAILURE
                 msg = f"{reply.message} during {reply.phase or 'startup'}; worker replaced"
+            elif reply.failure == "startup":
+                outcome = Outcome.SANDBOX_ERROR
+                msg = reply.message
             else:
                 outcome = Outcome.SANDBOX_ERROR
                 msg = f"worker protocol error: {reply.message}"
             return KernelEvalResponse.failure(
                 outcome, msg, output=excerpt(reply.output), worker_id=reply.worker_id, **base
             )
+        fields = {k: v for k, v in reply.result.items() if k != "environment_fault"}
         try:
-            response = KernelEvalResponse.model_validate({**reply.result, "worker_id": reply.worker_id})
+            response = KernelEvalResponse.model_validate({**fields, "worker_id": reply.worker_id})
         except ValidationError as exc:
             return KernelEvalResponse.failure(
                 Outcome.SANDBOX_ERROR,
@@ -779,6 +831,22 @@ class KernelService(BenchmarkService):
                 request, "requires_gpu", "device 'cuda' requires a CUDA GPU and this service has none"
             )
         return await run_in_pool(self.eval_pool, request)
+
+
+def environment_fault(reply: Reply) -> str | None:
+    """Why a KernelBench job failed before the submission's code ran, if it did: a worker that could not
+    start or died before then, or the judge's own report (``environment_fault``: a side's CUDA context
+    refused while the sides were set up). None when the submission ran (its failure is its own), or the
+    job failed where it is the problem's own code (the reference's module in the judge)."""
+    if reply.result is not None:
+        why = reply.result.get("environment_fault")
+        return str(why) if why else None
+    if reply.failure == "startup":
+        return reply.message or "the worker did not start"
+    if reply.failure in ("crash", "gpu_fault") and not reply.candidate_started:
+        if reply.phase in (None, "startup", "load_reference", "load"):
+            return f"the worker {reply.message or 'died'} during {reply.phase or 'startup'}"
+    return None
 
 
 def _positive(value: Any) -> float | None:

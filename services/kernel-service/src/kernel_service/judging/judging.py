@@ -43,6 +43,7 @@ from .timing import (
     GatedSide,
     GpuTimer,
     HostGate,
+    SideFaulted,
     Timer,
     calls_per_reading,
     under_mps,
@@ -238,6 +239,14 @@ class Run:
         #: Under MPS: the reference process the timed one was forked beside, kept alive (idle) until the
         #: reference's readings end (:meth:`reference_at`).
         self.companion: tuple[SideProcess, transport.Opened] | None = None
+        #: Whether the submission's code was sent to run: a failure before that is not the candidate's
+        #: (``environment_fault``), and ``on_candidate`` tells the worker's parent the moment it is.
+        self.candidate_started = False
+        self.on_candidate: Callable[[], None] | None = None
+        #: Why this judge's stream can never run again (a timed call's side faulted: ``SideFaulted``): then
+        #: nothing of the judge's may touch the GPU (freeing or unmapping memory would wait on it for good),
+        #: and the worker is replaced.
+        self.stuck: str | None = None
 
     def bind_before_load(self, build_dir: str | None = None, setup: dict[str, Any] | None = None) -> None:
         """Bind the GPU timer to both sides and measure the path's cost through the candidate's process
@@ -311,7 +320,8 @@ class Run:
         if self.companion is not None:
             side, opened = self.companion
             self.companion = None
-            opened.close()
+            if not self.stuck:
+                opened.close()
             side.kill()
 
     def _level(self, base: GpuTimer, role: str) -> float:
@@ -421,7 +431,17 @@ class Run:
             if not (reply := self.ask(role, msg)).get("ok"):
                 raise self.side_error(role, reply)
 
+    def _starting(self, role: str, msg: dict[str, Any]) -> None:
+        """Note the first message that runs the submission's code (its module's load)."""
+        if self.candidate_started or role != "candidate" or msg.get("op") != "load_model":
+            return
+        if msg.get("name") == "solution":
+            self.candidate_started = True
+            if self.on_candidate is not None:
+                self.on_candidate()
+
     def ask(self, role: str, msg: dict[str, Any], fd: int | None = None) -> dict[str, Any]:
+        self._starting(role, msg)
         try:
             return self.sides[role].request(msg, self.phase, fd)
         except SideFault as fault:
@@ -431,6 +451,7 @@ class Run:
         """Each side its own message, both at work at once (starting CUDA, importing a model); the
         replies by role. A fault raises as :meth:`ask` would, for the first side (in ``msgs``' order)."""
         for role, msg in msgs.items():
+            self._starting(role, msg)
             try:
                 self.sides[role].send(msg, self.phase)
             except SideFault as fault:
@@ -577,6 +598,11 @@ class Run:
                 except TimeoutError as exc:
                     self.recycle = f"a timed call of the {role} never finished on the GPU"
                     raise self._fault(role, SideFault("timeout", str(exc))) from exc
+                except SideFaulted as fault:  # the judge's stream waits on a dead context for good
+                    self.stuck = self.recycle = f"the {role}'s GPU context failed inside a timed call"
+                    if isinstance(fault.error, HarnessError):
+                        raise fault.error from None
+                    raise self.side_error(role, fault.reply) from None
                 if reply.get("ok"):
                     if ms is None:
                         continue  # the gate expired before the side answered: measure again
@@ -683,7 +709,8 @@ class Run:
         side = self.sides.get(role)
         if side is None:
             return
-        self.opened[role].close()
+        if not self.stuck:
+            self.opened[role].close()
         side.kill()
         if role == "candidate":
             self.candidate_output = side.tail.text()
@@ -693,10 +720,13 @@ class Run:
         for role in list(self.sides):
             self.kill(role)
             self.sides[role].tail.text(wait=1.0)
-        for arena in self.arenas.values():
-            arena.close()
-        self.arenas.clear()
-        if self.device.type == "cuda":  # the judge's cached blocks would starve the next job's sides
+        if not self.stuck:  # else its memory goes with the worker
+            for arena in self.arenas.values():
+                arena.close()
+            self.arenas.clear()
+        if (
+            self.device.type == "cuda" and not self.stuck
+        ):  # the judge's cached blocks would starve the next job's sides
             torch.cuda.empty_cache()
             kept = torch.cuda.memory_allocated(self.device) - self.judge.resident_bytes()
             if kept > JUDGE_LEAK_BYTES:  # e.g. tensors a caught exception's frames still hold

@@ -74,6 +74,11 @@ GATE_TRIES = 7
 #: and such readings, accepted with host time, read it 0.08x-8.6x (bench/loaded_fidelity.py).
 READING_HOST_US = 12000.0
 NULL_CALLS = 20
+#: A timed call whose end the GPU has not reached after this long has its side asked to synchronise: a
+#: side whose context faulted says so at once (measured without MPS: the judge's wait on a faulted
+#: process's *done* never ends, even after that process exits, so waiting out the deadline found a fault
+#: inside timing only at ``timeout_s``), an honest long call answers once it is done.
+HEALTH_AFTER_S = 0.5
 #: A candidate's input preparation (``start -> mid``) may exceed the reference side's by this factor
 #: plus ``PREP_SLACK_MS`` before it counts as work done while the judge prepared the call.
 PREP_SLACK = 1.25
@@ -135,6 +140,20 @@ class Timer(Protocol):
         calls: int = 1,
         msg: dict[str, Any] | None = None,
     ) -> tuple[float | None, dict[str, Any]]: ...
+
+
+class SideFaulted(Exception):
+    """A timed call's side reports a fault (its GPU context failed) while the judge waits for its *done*.
+
+    Without MPS the judge's stream then waits on an event of a dead context for good: nothing queued on it
+    behind the wait ever runs, and anything of the judge's that synchronises the device (freeing memory,
+    closing a mapping) hangs with it, so the judge must not touch the GPU again (``Run.stuck``)."""
+
+    def __init__(self, reply: dict[str, Any], error: Exception | None = None) -> None:
+        super().__init__(str(reply.get("message", "the side's GPU context failed")))
+        self.reply = reply
+        #: What asking raised instead of a reply (the side died or overran: the judge's own error for it).
+        self.error = error
 
 
 class PrepError(Exception):
@@ -346,7 +365,9 @@ class GpuTimer:
             raise RuntimeError(f"the {role} process did not share its event")
         done = torch.cuda.Event.from_ipc_handle(self.device, bytes.fromhex(handle))
         self.prep[role] = []
-        return GatedSide(self, role, go, done, hop if reply.get("hop") else None)
+        side = GatedSide(self, role, go, done, hop if reply.get("hop") else None)
+        side.ask = ask
+        return side
 
     def calibrate_null(
         self, side: GatedSide, ask_null: Ask, write: Write, msg: dict[str, Any] | None = None
@@ -421,12 +442,25 @@ class GatedSide:
     ) -> None:
         self.timer, self.role, self.go, self.done, self.hop = timer, role, go, done, hop
         self.method = timer.method
+        #: Asks the side's process something (``{"op": "sync"}`` when a call seems stuck: :meth:`_health`).
+        self.ask: Callable[[dict[str, Any]], dict[str, Any]] | None = None
         #: The last reading's host round trip (us) and whether it was accepted with host time in it.
         self.round_trip_us = 0.0
         self.host_timed = False
         #: The last reading's copy of the outputs (ms from ``end``): under MPS a side's work hidden on
         #: another stream delays it (``judging.copy_bound``).
         self.copy_ms = 0.0
+
+    def _health(self) -> None:
+        """Ask the side to synchronise; raise :class:`SideFaulted` with its answer if it failed."""
+        if self.ask is None:
+            return
+        try:
+            reply = self.ask({"op": "sync"})
+        except Exception as exc:  # noqa: BLE001 - the side died or overran: the judge's stream still waits
+            raise SideFaulted({"message": str(exc)}, exc) from exc
+        if not reply.get("ok"):
+            raise SideFaulted(reply)
 
     @property
     def longest(self) -> bool:
@@ -485,8 +519,10 @@ class GatedSide:
         self.copy_ms = 0.0
         t.round_trips_us.append(round_trip_us)
         self.host_timed = False
-        if not _reached(copied, t.deadline_s):  # behind ``end``: the outputs' copy as well
-            raise TimeoutError("a timed call did not finish on the GPU")
+        if not _reached(copied, HEALTH_AFTER_S):  # behind ``end``: the outputs' copy as well
+            self._health()
+            if not _reached(copied, t.deadline_s):
+                raise TimeoutError("a timed call did not finish on the GPU")
         if not held:
             t.misses += 1
             t.gate_us = min(gate_us * 2, MAX_GATE_US)

@@ -99,9 +99,18 @@ class Incorrect(Exception):
 
 
 def evaluate(
-    judge: Judge, job: Job, workdir: Path, env: Environment, report: PhaseReporter
+    judge: Judge,
+    job: Job,
+    workdir: Path,
+    env: Environment,
+    report: PhaseReporter,
+    on_candidate: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
-    """Run one evaluation; never raises for a bad submission. Returns a KernelEvalResponse dict."""
+    """Run one evaluation; never raises for a bad submission. Returns a KernelEvalResponse dict.
+
+    ``on_candidate`` is called when the submission's code is first sent to run. A failure while the sides
+    were being set up, before that (a side's CUDA context refused, a side that died starting), is the
+    host's, not the candidate's: the result names it (``environment_fault``) for the service to retry."""
     opts = job.options
     device = resolve_device(opts, env)
     base: dict[str, Any] = {
@@ -118,6 +127,7 @@ def evaluate(
     phases: dict[str, float] = {}
     run = Run(judge, workdir, device, opts.timeout_s)
     run.precision = opts.precision
+    run.on_candidate = on_candidate
     try:
         result = _evaluate(run, job, base, phases, report, started)
     except HarnessError as err:
@@ -142,6 +152,9 @@ def evaluate(
         }
     finally:
         run.close()
+    if result.get("outcome") != Outcome.CORRECT.value and run.phase == "load" and not run.candidate_started:
+        result["environment_fault"] = str(result.get("message", ""))[:500]
+        run.recycle = run.recycle or "the sides could not be set up: this worker may not get another chance"
     if opts.profile and result.get("profile") is None:
         result["profile"] = {
             "device": str(device),

@@ -18,6 +18,7 @@ million tokens (input and output priced separately, as every API bills them).
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -181,7 +182,9 @@ class WorkMeter:
     ``work_s`` counts the seconds workers spent on jobs, the running ones up to now, so two readings
     give the work done between them. A job cancelled while it waited for a worker never started
     (``cancelled_queued``); one cancelled while it ran (``cancelled_running``) went on to its next phase
-    boundary, and ``work_after_cancel_s`` is what that cost. Touched from the event loop only.
+    boundary, and ``work_after_cancel_s`` is what that cost. A worker that died or was recycled is replaced
+    (``replacements``); ``replace_s_max`` is the longest a slot then stood without a ready worker, waiting
+    for its GPU to take clients again included. Touched from the event loop only, except :meth:`replaced`.
     """
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
@@ -193,6 +196,17 @@ class WorkMeter:
         self.cancelled_running_n = 0
         self._work_s = 0.0
         self._after_cancel_s = 0.0
+        self._replace_lock = threading.Lock()
+        self.replacements = 0
+        self.replace_s_max = 0.0
+        self.replace_s_total = 0.0
+
+    def replaced(self, seconds: float) -> None:
+        """A replacement worker is ready ``seconds`` after its predecessor went (any thread)."""
+        with self._replace_lock:
+            self.replacements += 1
+            self.replace_s_max = max(self.replace_s_max, seconds)
+            self.replace_s_total += seconds
 
     def started(self, job_id: str) -> None:
         self._running[job_id] = self._clock()
@@ -224,4 +238,7 @@ class WorkMeter:
             "cancelled_queued": self.cancelled_queued_n,
             "cancelled_running": self.cancelled_running_n,
             "work_after_cancel_s": self._after_cancel_s + sum(now - t for t in self._cancel_at.values()),
+            "replacements": self.replacements,
+            "replace_s_max": round(self.replace_s_max, 3),
+            "replace_s_total": round(self.replace_s_total, 3),
         }

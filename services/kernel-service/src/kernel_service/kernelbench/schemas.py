@@ -125,6 +125,11 @@ class KernelEvalResponse(StrictModel):
         default=None,
         description="why the worker was replaced after this job (the next job waits for a fresh one)",
     )
+    retries: list[str] = Field(
+        default_factory=list,
+        description="why the job was run again on another worker, once a try: something outside the "
+        "submission failed before its code ran (a worker that could not start, a GPU refusing clients)",
+    )
 
     @classmethod
     def failure(cls, outcome: Outcome, message: str, **fields: Any) -> KernelEvalResponse:

@@ -23,10 +23,17 @@ within 4.8% of idle, the BackendBench smoke ops 0.985-1.012 against themselves; 
 judge correctly. Hence on by default where the host runs it; ``--mps off`` times short calls several to a
 reading instead (``judging.lone_bound``).
 
-The daemon gets its own pipe and log dirs under the service's work dir, so it touches no other MPS user of
-the host; the eval workers find it through ``CUDA_MPS_PIPE_DIRECTORY``. Under MPS a fatal GPU fault of one
-client ends every client of that GPU: the judge then finds its context gone, the job is charged as a crash
-in its phase (``worker._shared_context_fault``) and its worker is replaced.
+One daemon a GPU, each with its own pipe and log dirs under the service's work dir (so it touches no
+other MPS user of the host), started with ``CUDA_VISIBLE_DEVICES`` naming that GPU alone; the eval worker
+of that GPU finds it through ``CUDA_MPS_PIPE_DIRECTORY`` and names the GPU as ``0``, since a client's
+``CUDA_VISIBLE_DEVICES`` counts within its daemon's GPUs (:meth:`MpsDaemon.client_env`). Why one a GPU: a
+fatal GPU fault of one client (an illegal address, a device-side assert) ends every client of that GPU's
+server, and one daemon serving several GPUs refuses new clients on all of them until the faulted ones
+have exited: with one daemon for two GPUs, 12 faulting kernels gave 3 of 24 honest jobs on the other GPU
+false verdicts; with a daemon a GPU, honest clients of the other GPU ran on untouched (2x H200,
+``bench/fault_probe.py``). On its own GPU a fault still ends the judge's context: the job is charged as a
+crash in its phase (``worker._shared_context_fault``), and the worker's replacement waits until the GPU
+takes clients again before it starts CUDA (``workers.gpu_ready``).
 """
 
 from __future__ import annotations
@@ -42,14 +49,27 @@ CONTROL = "nvidia-cuda-mps-control"
 
 
 class MpsDaemon:
-    def __init__(self, root: Path) -> None:
-        self.pipe_dir = root / "mps-pipe"
-        self.log_dir = root / "mps-log"
+    """The control daemon of one GPU (``gpu``: its ``CUDA_VISIBLE_DEVICES`` entry as the service sees it)."""
+
+    def __init__(self, root: Path, gpu: str) -> None:
+        self.gpu = gpu
+        self.pipe_dir = root / f"mps-pipe-{gpu}"
+        self.log_dir = root / f"mps-log-{gpu}"
         self.running = False
 
     @property
     def env(self) -> dict[str, str]:
-        return {"CUDA_MPS_PIPE_DIRECTORY": str(self.pipe_dir), "CUDA_MPS_LOG_DIRECTORY": str(self.log_dir)}
+        """The daemon's own environment: its dirs, and its one GPU."""
+        return {**self.client_env, "CUDA_VISIBLE_DEVICES": self.gpu}
+
+    @property
+    def client_env(self) -> dict[str, str]:
+        """What a client of this daemon sets: its dirs, and GPU ``0`` (the daemon's only one)."""
+        return {
+            "CUDA_MPS_PIPE_DIRECTORY": str(self.pipe_dir),
+            "CUDA_MPS_LOG_DIRECTORY": str(self.log_dir),
+            "CUDA_VISIBLE_DEVICES": "0",
+        }
 
     def start(self) -> bool:
         """Start the daemon; False (and a log line saying why) when this host cannot run one."""
@@ -61,7 +81,8 @@ class MpsDaemon:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         done = subprocess.run([exe, "-d"], env={**os.environ, **self.env}, capture_output=True, text=True)
         if done.returncode != 0:
-            logger.warning("MPS: the control daemon did not start: %s", (done.stderr or done.stdout).strip())
+            why = (done.stderr or done.stdout).strip()
+            logger.warning("MPS: the control daemon of GPU %s did not start: %s", self.gpu, why)
             return False
         self.running = True
         return True

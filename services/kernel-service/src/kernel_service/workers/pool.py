@@ -39,8 +39,9 @@ from benchmark_runner.service.caller import current_caller
 from ..judging import sandbox
 from ..judging.sandbox import Launcher
 from ..kernelbench.metrics import WorkMeter
+from .gpu_ready import gpu_ready
 from .scheduling import FairScheduler
-from .worker import CANCEL_FILE, FAULT_LOG_NAME, read_tail
+from .worker import CANCEL_FILE, FAULT_LOG_NAME, HOLD_ENV, read_tail
 
 #: Longest JSON line accepted from a worker; results are excerpts, so anything bigger is a broken worker.
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
@@ -114,6 +115,12 @@ class WorkerConfig:
     max_jobs_per_worker: int = 50
     sandbox: str = "auto"  # "auto" | "bwrap" | "unshare" | "none"
     env: dict[str, str] = field(default_factory=dict)
+    #: Per device (a ``WorkerProcess.device``), what its workers' environment adds or overrides (its MPS
+    #: daemon, and the GPU as that daemon names it: ``workers.mps``).
+    device_env: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: Keep a held worker beside each slot (torch imported, CUDA not started) to replace the slot's worker
+    #: when it dies; None: for GPU slots only (a fault there must cost seconds, not a fresh torch import).
+    standby: bool | None = None
     #: Dirs a worker may write besides its own temp dir (the build cache); None: ``root / "build-cache"``.
     writable: list[Path] | None = None
     #: Extra dirs a worker may read (Landlock); system and Python dirs are always readable.
@@ -130,12 +137,15 @@ class Reply:
     """What came back for one job: a result dict, or why there is none."""
 
     result: dict[str, Any] | None
-    failure: str | None = None  # "timeout" | "crash" | "gpu_fault" | "protocol" | "cancelled"
+    failure: str | None = None  # "timeout" | "crash" | "gpu_fault" | "protocol" | "cancelled" | "startup"
     message: str = ""
     phase: str | None = None
     output: str | None = None
     worker_id: str = ""
     recycle: bool = False
+    #: Whether the worker said the submission's code was sent to run (a ``candidate`` message; only
+    #: KernelBench jobs send it): a crash before it is not the submission's.
+    candidate_started: bool = False
 
 
 class WorkerProcess:
@@ -158,7 +168,9 @@ class WorkerProcess:
         self._notes = notes
         self.writable: list[Path] = config.writable_dirs()  # what its Landlock domain may write
         self._buf = b""
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        self.env: dict[str, str] = {}
+        self.held = False  # started as a standby: ``go`` is written once the GPU takes clients
         self.proc: subprocess.Popen[bytes] | None = None
         self._rfd: int | None = None
         self._cancelled: str | None = None  # the job id the last cancel() was for
@@ -167,7 +179,9 @@ class WorkerProcess:
         dirs = [d.resolve() for d in [self.tmp, *self.writable]]
         return any(path == d or d in path.parents for d in dirs)
 
-    def spawn(self) -> None:
+    def spawn(self, hold: bool = False) -> None:
+        """Start the worker process (``hold``: as a standby, stopped before CUDA until :meth:`wait_ready`)."""
+        self.held = hold
         self.tmp.mkdir(parents=True, exist_ok=True)
         rfd, wfd = os.pipe()
         writable = self.writable
@@ -188,8 +202,11 @@ class WorkerProcess:
                     str(d) for d in [*_code_dirs(), *self.config.readable]
                 ),
                 "KS_SANDBOX_LANDLOCK": "1" if self.config.landlock else "0",
+                **({HOLD_ENV: "1"} if hold else {}),
+                **self.config.device_env.get(self.device or "", {}),
             },
         )
+        self.env = env
         cmd = [
             sys.executable,
             "-m",
@@ -233,17 +250,41 @@ class WorkerProcess:
         self._rfd = rfd
 
     def wait_ready(self, timeout: float = STARTUP_TIMEOUT_S) -> dict[str, Any]:
-        if self.ready_info is not None:
+        """Wait for the worker's start (a standby: until it holds, then until its GPU takes clients, then
+        let it start CUDA); any thread may call it, the first does the work."""
+        with self._lock:
+            if self.ready_info is not None:
+                return self.ready_info
+            if self.proc is None:
+                self.spawn()
+            if self.dead:  # killed while starting (by another caller's failed start)
+                raise RuntimeError(f"worker {self.worker_id} was killed before it was ready")
+            deadline = time.monotonic() + timeout
+            if self.held:
+                self._expect("standby", deadline)
+                if self.device is not None:
+                    gpu_ready(self.env, max(0.0, deadline - time.monotonic()))
+                try:
+                    assert self.proc is not None and self.proc.stdin is not None
+                    self.proc.stdin.write(b"go\n")
+                    self.proc.stdin.flush()
+                except OSError as exc:
+                    self._failed_start(f"go not taken: {exc}")
+                self.held = False
+            self.ready_info = self._expect("ready", deadline)
             return self.ready_info
-        if self.proc is None:
-            self.spawn()
-        msg, why = self._read_message(time.monotonic() + timeout)
-        if msg is None or msg.get("type") != "ready":
-            log = read_tail(self.tmp / "worker-stderr.txt") or ""
-            self.kill()
-            raise RuntimeError(f"worker {self.worker_id} failed to start ({why or msg}): {log}")
-        self.ready_info = msg
+
+    def _expect(self, kind: str, deadline: float) -> dict[str, Any]:
+        msg, why = self._read_message(deadline)
+        if msg is None or msg.get("type") != kind:
+            self._failed_start(str(why or msg))
+        assert msg is not None
         return msg
+
+    def _failed_start(self, why: str) -> None:
+        log = read_tail(self.tmp / "worker-stderr.txt") or ""
+        self.kill()
+        raise RuntimeError(f"worker {self.worker_id} failed to start ({why}): {log}")
 
     @property
     def alive(self) -> bool:
@@ -264,7 +305,10 @@ class WorkerProcess:
     def run(self, job: dict[str, Any], timeout: float) -> Reply:
         """Send ``job`` and wait for its result at most ``timeout`` s; kill the worker on any fault."""
         with self._lock:
-            self.wait_ready()
+            try:
+                self.wait_ready()
+            except RuntimeError as exc:  # nothing of the job ran: the caller may run it elsewhere
+                return self._fault("startup", str(exc)[:1000], None)
             assert self.proc is not None and self.proc.stdin is not None
             job_id = str(job["job_id"])
             try:
@@ -274,27 +318,31 @@ class WorkerProcess:
                 return self._fault("crash", f"worker pipe broken before the job started: {exc}", None)
             deadline = time.monotonic() + timeout
             phase: str | None = None
+            started = False
             while True:
                 msg, why = self._read_message(deadline)
                 if msg is None:
                     if why == "timeout":
-                        return self._fault("timeout", f"exceeded the {timeout:.0f} s limit", phase)
+                        return self._fault("timeout", f"exceeded the {timeout:.0f} s limit", phase, started)
                     if why == "eof":
-                        return self._fault("crash", "", phase)
-                    return self._fault("protocol", why or "unreadable message", phase)
+                        return self._fault("crash", "", phase, started)
+                    return self._fault("protocol", why or "unreadable message", phase, started)
                 kind = msg.get("type")
                 if kind == "phase" and msg.get("job_id") == job_id:
                     phase = str(msg.get("phase"))
+                elif kind == "candidate" and msg.get("job_id") == job_id:
+                    started = True
                 elif kind == "result" and msg.get("job_id") == job_id:
                     self.jobs_done += 1
                     if "error" in msg and msg.get("gpu_fault"):  # under MPS: a side's fatal fault
                         first = str(msg["error"]).splitlines()[0][:300]
-                        return self._fault("gpu_fault", f"the GPU context failed under MPS ({first})", phase)
+                        why = f"the GPU context failed under MPS ({first})"
+                        return self._fault("gpu_fault", why, phase, started)
                     if "error" in msg:
-                        return self._fault("protocol", f"worker error: {msg['error']}", phase)
+                        return self._fault("protocol", f"worker error: {msg['error']}", phase, started)
                     result = msg.get("result")
                     if not isinstance(result, dict):
-                        return self._fault("protocol", "result is not a JSON object", phase)
+                        return self._fault("protocol", "result is not a JSON object", phase, started)
                     why = result.pop("recycle", None)
                     recycle = bool(why)
                     if not recycle and self.jobs_done >= self.config.max_jobs_per_worker:
@@ -304,16 +352,23 @@ class WorkerProcess:
                         self.kill()
                     if "cancelled" in result:
                         if self._cancelled != job_id:
-                            return self._fault("protocol", "the job stopped as cancelled, uncancelled", phase)
+                            why = "the job stopped as cancelled, uncancelled"
+                            return self._fault("protocol", why, phase, started)
                         message = f"cancelled before {str(result['cancelled'])[:100]}"
                         return Reply(
                             None, "cancelled", message, phase, worker_id=self.worker_id, recycle=recycle
                         )
-                    return Reply(result=result, worker_id=self.worker_id, phase=phase, recycle=recycle)
+                    return Reply(
+                        result=result,
+                        worker_id=self.worker_id,
+                        phase=phase,
+                        recycle=recycle,
+                        candidate_started=started,
+                    )
                 else:
-                    return self._fault("protocol", f"unexpected message {str(msg)[:200]}", phase)
+                    return self._fault("protocol", f"unexpected message {str(msg)[:200]}", phase, started)
 
-    def _fault(self, failure: str, message: str, phase: str | None) -> Reply:
+    def _fault(self, failure: str, message: str, phase: str | None, started: bool = False) -> Reply:
         output = read_tail(self.tmp / FAULT_LOG_NAME)
         self.kill()
         if failure == "crash":
@@ -327,6 +382,7 @@ class WorkerProcess:
             output=output,
             worker_id=self.worker_id,
             recycle=True,
+            candidate_started=started,
         )
 
     def _death_message(self) -> str:
@@ -427,6 +483,8 @@ class WorkerPool:
         self._idle: asyncio.Queue[WorkerProcess] | None = None
         self._turns = FairScheduler(len(devices))
         self._all: list[WorkerProcess] = []
+        #: Per slot device, its standby (``WorkerConfig.standby``), started beside the slot's worker.
+        self._standby: dict[str | None, WorkerProcess] = {}
         self.ready_info: dict[str, Any] | None = None
         self.meter = WorkMeter()  # jobs, worker-seconds, cancellations (the service's metrics)
 
@@ -439,11 +497,39 @@ class WorkerPool:
         """Kept for callers of the older API: whether workers run under ``unshare``."""
         return None if self.launcher is None else self.launcher == "unshare"
 
-    def _new_worker(self, device: str | None) -> WorkerProcess:
+    def _new_worker(self, device: str | None, hold: bool = False) -> WorkerProcess:
         assert self.launcher is not None
         w = WorkerProcess(self.config, device, self.launcher, self.launcher_notes)
-        w.spawn()  # starts importing torch now, in parallel with whatever the caller does next
+        w.spawn(hold)  # starts importing torch now, in parallel with whatever the caller does next
         self._all.append(w)
+        return w
+
+    def _keeps_standby(self, device: str | None) -> bool:
+        return self.config.standby if self.config.standby is not None else device is not None
+
+    def _replace(self, dead: WorkerProcess) -> WorkerProcess:
+        """The dead worker's successor: its slot's standby where one is kept (a new standby started in
+        its place), brought up at once on a thread so that the next job finds it ready; the seconds from
+        here to ready go to the meter (``replace_s``)."""
+        device = dead.device
+        w = self._standby.pop(device, None)
+        if w is None:
+            w = self._new_worker(device, hold=self._keeps_standby(device))
+        if self._keeps_standby(device):
+            self._standby[device] = self._new_worker(device, hold=True)
+        t0 = time.monotonic()
+
+        def bring_up() -> None:
+            try:
+                w.wait_ready()
+            except RuntimeError as exc:  # the job that takes it is answered so, and may be retried
+                logger.warning(
+                    "%s pool: replacement %s did not start: %s", self.config.role, w.worker_id, exc
+                )
+                return
+            self.meter.replaced(time.monotonic() - t0)
+
+        threading.Thread(target=bring_up, name=f"replace-{w.worker_id}", daemon=True).start()
         return w
 
     async def start(self) -> None:
@@ -471,6 +557,9 @@ class WorkerPool:
     async def _start_workers(self) -> None:
         assert self._idle is not None
         workers = [self._new_worker(d) for d in self.devices]
+        for d in self.devices:
+            if self._keeps_standby(d) and d not in self._standby:
+                self._standby[d] = self._new_worker(d, hold=True)
         for w in workers:
             self.ready_info = await anyio.to_thread.run_sync(w.wait_ready)
             self._idle.put_nowait(w)
@@ -520,7 +609,7 @@ class WorkerPool:
                 if worker.dead:
                     self._all.remove(worker)
                     await anyio.to_thread.run_sync(worker.close)
-                    worker = self._new_worker(worker.device)
+                    worker = self._replace(worker)
                 self._idle.put_nowait(worker)
         if cancelled is not None:
             raise cancelled
@@ -577,3 +666,4 @@ class WorkerPool:
         for w in list(self._all):
             await anyio.to_thread.run_sync(w.close)
         self._all.clear()
+        self._standby.clear()

@@ -2,8 +2,10 @@
 
 Reads one JSON job per line on stdin; writes JSON messages, one per line, on the dedicated result
 fd (never on stdout: the solution may print anything, so fds 1 and 2 point at a capture file that the
-parent only ever reads a bounded tail of). Messages: ``ready`` (once, after importing torch),
-``phase`` (before each phase, so the parent can name what a crash interrupted) and ``result``.
+parent only ever reads a bounded tail of). Messages: ``standby`` (a held worker, torch imported, before
+CUDA: see ``HOLD_ENV``), ``ready`` (once, CUDA started), ``phase`` (before each phase, so the parent can
+name what a crash interrupted), ``candidate`` (the submission's code is sent to run: a crash before it is
+not the submission's) and ``result``.
 
 The worker hardens itself before it imports torch (``sandbox.harden_worker``): no core dumps, a
 file-size cap (with SIGXFSZ ignored so an oversized write fails with EFBIG instead of killing the
@@ -42,6 +44,8 @@ FAULT_LOG_NAME = "fault.txt"
 OUTPUT_TAIL_CHARS = 4000
 #: The parent writes a job id here (in the worker's temp dir) to stop that job at its next phase boundary.
 CANCEL_FILE = "cancel"
+#: Set (to "1") in a standby worker's environment: it stops before CUDA until the pool writes ``go``.
+HOLD_ENV = "KS_HOLD_CUDA"
 
 
 class JobCancelled(BaseException):
@@ -202,6 +206,15 @@ def main(argv: list[str] | None = None) -> int:
     from ..judging.judging import Judge
 
     preimport()
+    held_s = 0.0
+    if os.environ.get(HOLD_ENV) == "1":
+        # A standby: torch imported, CUDA untouched, so a fatal fault of the GPU's current clients cannot
+        # reach it; the pool says go once the GPU takes clients again (``gpu_ready``).
+        channel.send({"type": "standby", "worker_id": args.worker_id})
+        t_hold = time.perf_counter()
+        if sys.stdin.buffer.readline().strip() != b"go":
+            return 0
+        held_s = time.perf_counter() - t_hold
     env = harness.probe_environment()
     judge = Judge(env, policy, tmp, zygote)
     gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "")
@@ -222,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
             "torch_version": env.torch_version,
             "cuda_version": env.cuda_version,
             "cuda_arch": os.environ.get("TORCH_CUDA_ARCH_LIST"),
-            "startup_s": time.perf_counter() - t0,
+            "startup_s": time.perf_counter() - t0 - held_s,
+            "held_s": held_s,
             "isolation": iso,
         }
     )
@@ -251,11 +265,18 @@ def main(argv: list[str] | None = None) -> int:
                     env,
                     judge,
                     _reporter(channel, job_id, tmp / CANCEL_FILE),
+                    lambda: channel.send({"type": "candidate", "job_id": job_id}),  # noqa: B023 - called now
                 )
             result["output"] = result.pop("solution_output", None) or capture.tail()
             if raw.get("kind", "kernelbench") == "kernelbench":  # its answer reports the sandbox layers
                 result["isolation"] = iso
-            left = _leftovers(base_guard, base_threads | judge.own_threads(), capture, judge.keep_pids())
+            left = _leftovers(
+                base_guard,
+                base_threads | judge.own_threads(),
+                capture,
+                judge.keep_pids(),
+                check_cuda=not result.get("recycle"),  # a stuck stream would hang the check: it goes anyway
+            )
             if left:
                 result["recycle"] = "; ".join(left[:3])[:500]
                 sys.stderr.write(f"job {job_id}: recycling: {'; '.join(left[:3])}\n")
@@ -304,7 +325,9 @@ def _reporter(channel: Channel, job_id: str, cancel_file: Path) -> Any:
     return report
 
 
-def _run_job(raw: dict[str, Any], jobdir: Path, env: Any, judge: Any, report: Any) -> dict[str, Any]:
+def _run_job(
+    raw: dict[str, Any], jobdir: Path, env: Any, judge: Any, report: Any, on_candidate: Any
+) -> dict[str, Any]:
     kind = raw.get("kind", "kernelbench")
     if kind == "backendbench":
         from ..backendbench.evaluator import evaluate as bb_evaluate
@@ -321,7 +344,7 @@ def _run_job(raw: dict[str, Any], jobdir: Path, env: Any, judge: Any, report: An
         return compile_only(job, jobdir, env, report)
     from ..kernelbench.judge import evaluate
 
-    return evaluate(judge, job, jobdir, env, report)
+    return evaluate(judge, job, jobdir, env, report, on_candidate)
 
 
 def preimport() -> None:
@@ -350,7 +373,9 @@ def preimport() -> None:
 _IDLE_POOL_THREAD = concurrent.futures.thread._worker.__code__
 
 
-def _leftovers(guard: Any, threads: frozenset[int], capture: Capture, keep: set[int]) -> list[str]:
+def _leftovers(
+    guard: Any, threads: frozenset[int], capture: Capture, keep: set[int], check_cuda: bool = True
+) -> list[str]:
     """Why this worker must not serve another job: processes, threads or patches a job left behind."""
     found = []
     killed = sandbox.kill_leftover_processes(keep=keep)
@@ -368,7 +393,7 @@ def _leftovers(guard: Any, threads: frozenset[int], capture: Capture, keep: set[
         named = ", ".join(sorted(names.get(i, "?") for i in extra)[:5])
         found.append(f"{len(extra)} thread(s) left running ({named})")
     found += guard.violations(check_values=False)
-    if not _cuda_healthy():
+    if check_cuda and not _cuda_healthy():
         found.append("the judge's CUDA context failed (under MPS a fatal fault of any client ends them all)")
     return found
 
