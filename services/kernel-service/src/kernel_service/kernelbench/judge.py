@@ -128,6 +128,7 @@ def evaluate(
     run = Run(judge, workdir, device, opts.timeout_s)
     run.precision = opts.precision
     run.on_candidate = on_candidate
+    result: dict[str, Any] = {}
     try:
         result = _evaluate(run, job, base, phases, report, started)
     except HarnessError as err:
@@ -151,7 +152,14 @@ def evaluate(
             "traceback": excerpt(excerpt_tb()),
         }
     finally:
-        run.close()
+        try:
+            run.close()
+        except Exception:
+            # Under MPS, killing a side whose kernel still ran (it overran the job's time) ends every
+            # context of its GPU, the judge's too: the timeout stands, and the worker goes.
+            if result.get("outcome") != Outcome.TIMEOUT.value or not under_mps():
+                raise
+            run.recycle = "the judge's CUDA context ended with the overrunning side's (MPS)"
     if result.get("outcome") != Outcome.CORRECT.value and run.phase == "load" and not run.candidate_started:
         result["environment_fault"] = str(result.get("message", ""))[:500]
         run.recycle = run.recycle or "the sides could not be set up: this worker may not get another chance"

@@ -10,10 +10,13 @@ torch, about a tenth of a second an attempt.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Mapping
+
+from .mps import CONTROL
 
 #: Exit 0 once a context on device 0 can allocate and synchronise; else the failing call's CUDA error code.
 PROBE = """
@@ -35,10 +38,26 @@ READY_TIMEOUT_S = 60.0
 RETRY_S = 0.2
 
 
+def mps_clients(env: Mapping[str, str]) -> int:
+    """How many clients the MPS servers of ``env``'s control daemon still have (0 without a daemon)."""
+    if not env.get("CUDA_MPS_PIPE_DIRECTORY") or shutil.which(CONTROL) is None:
+        return 0
+
+    def ask(command: str) -> list[str]:
+        done = subprocess.run([CONTROL], input=command + "\n", env=dict(env), capture_output=True, text=True)
+        return [w for w in done.stdout.split() if w.isdigit()]
+
+    return sum(len(ask(f"get_client_list {server}")) for server in ask("get_server_list"))
+
+
 def gpu_ready(env: Mapping[str, str], timeout_s: float = READY_TIMEOUT_S) -> tuple[bool, float, int]:
-    """Ask the GPU that ``env`` selects (``CUDA_VISIBLE_DEVICES``, an MPS pipe dir) for a context until it
-    gives one; returns whether it did, the seconds waited and the attempts made."""
+    """Wait until the GPU that ``env`` selects (``CUDA_VISIBLE_DEVICES``, an MPS pipe dir) has lost every
+    client of its MPS server (a faulted server recovers only then: a client that came sooner was told
+    "MPS server is not ready", error 807), then ask it for a context until it gives one; returns whether
+    it did, the seconds waited and the attempts made."""
     t0 = time.monotonic()
+    while mps_clients(env) and time.monotonic() - t0 < timeout_s:
+        time.sleep(RETRY_S)
     attempts = 0
     while True:
         attempts += 1

@@ -268,7 +268,7 @@ class WorkerProcess:
                     assert self.proc is not None and self.proc.stdin is not None
                     self.proc.stdin.write(b"go\n")
                     self.proc.stdin.flush()
-                except OSError as exc:
+                except (OSError, ValueError) as exc:  # ValueError: closed by a kill meanwhile
                     self._failed_start(f"go not taken: {exc}")
                 self.held = False
             self.ready_info = self._expect("ready", deadline)
