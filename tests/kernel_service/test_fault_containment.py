@@ -165,3 +165,30 @@ def test_a_held_worker_starts_cuda_only_when_told(tmp_path: Path, hold: bool) ->
         assert info["type"] == "ready" and (info["held_s"] > 0) == hold
     finally:
         w.close()
+
+
+@pytest.mark.skipif(
+    len(os.sched_getaffinity(0)) < 2, reason="needs two cores: one to hold on, one to judge on"
+)
+def test_a_standby_imports_off_the_judges_cores_and_moves_to_them_on_go(tmp_path: Path) -> None:
+    """A standby's torch imports (its own and its zygote's) must not compete with the judges timing on the
+    eval cores: it starts on the compile pool's (``KS_HOLD_CPUS``), and it and its zygote take the eval
+    cores (``KS_CPUS``) once told to go."""
+    from kernel_service.workers.pool import WorkerProcess
+    from kernel_service.workers.worker import HOLD_CPUS_ENV
+
+    hold, judge = sorted(os.sched_getaffinity(0))[:2]
+    config = WorkerConfig(root=tmp_path, env={"KS_CPUS": str(judge), HOLD_CPUS_ENV: str(hold)})
+    w = WorkerProcess(config, None)
+    w.spawn(hold=True)
+    try:
+        assert w.proc is not None
+        time.sleep(1.0)  # pinned at its first line; importing torch takes longer
+        assert os.sched_getaffinity(w.proc.pid) == {hold}
+        w.wait_ready()
+        children = Path(f"/proc/{w.proc.pid}/task/{w.proc.pid}/children").read_text().split()
+        assert children, "the worker started no zygote"
+        assert os.sched_getaffinity(w.proc.pid) == {judge}
+        assert {frozenset(os.sched_getaffinity(int(c))) for c in children} == {frozenset({judge})}
+    finally:
+        w.close()

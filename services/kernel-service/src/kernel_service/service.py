@@ -59,6 +59,7 @@ from .workers.fast_builds import race_light_build
 from .workers.mps import MpsDaemon
 from .workers.pool import KILL_GRACE_S, Reply, WorkerConfig, WorkerPool, detect_gpus, worker_gpu
 from .workers.work_dirs import make_work_dir, sweep_dead_work_dirs
+from .workers.worker import HOLD_CPUS_ENV
 
 logger = logging.getLogger(__name__)
 
@@ -276,6 +277,7 @@ class KernelService(BenchmarkService):
         )
         if eval_cpus:
             eval_env["KS_CPUS"] = ",".join(map(str, eval_cpus))
+            eval_env[HOLD_CPUS_ENV] = ",".join(map(str, compile_cpus))  # standbys import torch there
         # Ray nodes bound their own build dirs and artifacts by the service's limit
         node_limit = (
             {NODE_CACHE_MAX_ENV: str(cfg.build_cache_max_bytes)}

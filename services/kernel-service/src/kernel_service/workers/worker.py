@@ -46,6 +46,9 @@ OUTPUT_TAIL_CHARS = 4000
 CANCEL_FILE = "cancel"
 #: Set (to "1") in a standby worker's environment: it stops before CUDA until the pool writes ``go``.
 HOLD_ENV = "KS_HOLD_CUDA"
+#: The cores a standby imports torch on (the compile pool's): not the eval workers' own, where the
+#: judges beside it are timing; it and its zygote move to ``KS_CPUS`` on ``go``.
+HOLD_CPUS_ENV = "KS_HOLD_CPUS"
 
 
 class JobCancelled(BaseException):
@@ -162,10 +165,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--address-space", type=int, default=None)
     args = parser.parse_args(argv)
 
-    if os.environ.get("KS_CPUS"):  # cores the service set aside for this pool (see service.split_cpus)
-        mine = {int(c) for c in os.environ["KS_CPUS"].split(",")} & os.sched_getaffinity(0)
-        if mine:  # on another host (a Ray node) the ids may not exist: then keep every core
-            os.sched_setaffinity(0, mine)
+    held = os.environ.get(HOLD_ENV) == "1"
+    allowed = os.sched_getaffinity(0)
+    # cores the service set aside for this pool (see service.split_cpus); a standby imports elsewhere
+    _pin(os.environ.get(HOLD_CPUS_ENV if held and os.environ.get(HOLD_CPUS_ENV) else "KS_CPUS"), allowed)
     tmp = Path(args.tmp)
     policy = sandbox.policy_from_env(tmp)
     policy.fsize_bytes = args.fsize
@@ -207,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
 
     preimport()
     held_s = 0.0
-    if os.environ.get(HOLD_ENV) == "1":
+    if held:
         # A standby: torch imported, CUDA untouched, so a fatal fault of the GPU's current clients cannot
         # reach it; the pool says go once the GPU takes clients again (``gpu_ready``).
         channel.send({"type": "standby", "worker_id": args.worker_id})
@@ -215,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         if sys.stdin.buffer.readline().strip() != b"go":
             return 0
         held_s = time.perf_counter() - t_hold
+        _pin(os.environ.get("KS_CPUS"), allowed, *([zygote.pid] if zygote is not None else []))
     env = harness.probe_environment()
     judge = Judge(env, policy, tmp, zygote)
     gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "")
@@ -296,6 +300,14 @@ def main(argv: list[str] | None = None) -> int:
             )
         finally:
             shutil.rmtree(jobdir, ignore_errors=True)
+
+
+def _pin(cpus: str | None, allowed: set[int], *pids: int) -> None:
+    """This process (and ``pids``: its zygote) onto ``cpus`` ("0,1,..."), those of them in ``allowed``
+    (the cores it was started with: on another host, a Ray node, the ids may not exist; then keep all)."""
+    mine = {int(c) for c in cpus.split(",")} & allowed if cpus else set()
+    for pid in (0, *pids) if mine else ():
+        os.sched_setaffinity(pid, mine)
 
 
 def _shared_context_fault(exc: BaseException) -> bool:
