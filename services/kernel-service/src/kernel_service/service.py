@@ -697,6 +697,8 @@ class KernelService(BenchmarkService):
             "kind": "kernelbench",
             "mode": "compile",
             "solution": request.solution,
+            # what the compile worker builds and calls the model with, on ``meta``: lazy builds happen there
+            "reference": self._reference_source(request),
             "backend": request.backend,
             "options": request.options.model_dump(mode="json"),
             "build_dir": str(build_dir),

@@ -1,0 +1,112 @@
+"""On a compile worker: run the builds a submission starts only once it runs, so no GPU worker waits on nvcc.
+
+Why: model-written solutions mostly build their extensions lazily, with ``load_inline`` inside
+``__init__``, inside their first ``forward`` or an autograd ``Function``, often with flags read from the
+device (``torch.cuda.get_device_capability()``). Importing such a module builds nothing, so the compile
+pool's import left every build to the GPU worker: 17-67 s of a GPU judging nothing per submission in a
+public corpus of model output (issue 51). Here the compile worker goes further than the import: it builds
+the model from the reference's init inputs and calls it once on the reference's inputs, everything on the
+``meta`` device (no memory, no arithmetic), with the CUDA queries a build makes answered for the GPUs the
+service judges on (``TORCH_CUDA_ARCH_LIST``). Each ``load_inline`` reached on the way builds into the shared
+build cache, where the GPU worker's identical call then only loads it.
+
+Nothing here decides a verdict: the run happens in a forked child, whose errors (a meta tensor handed to
+the extension, a CUDA call with no GPU), crashes and hangs are ignored; a build it does not reach is still
+made where the GPU worker reaches it, as before.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+#: Most seconds the forked run may take (its builds included) before it is killed and left unfinished.
+MAX_LAZY_S = 240.0
+
+
+def target_capability(arch_list: str | None) -> tuple[int, int] | None:
+    """The compute capability the service's GPUs have, from ``TORCH_CUDA_ARCH_LIST`` ("9.0a", "8.0;9.0")."""
+    if not arch_list:
+        return None
+    last = arch_list.replace(",", ";").replace(" ", ";").split(";")[-1].split("+")[0]
+    major, _, minor = last.partition(".")
+    try:
+        return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
+    except ValueError:
+        return None
+
+
+def _answer_as_target(capability: tuple[int, int]) -> None:
+    """In the forked child only: CUDA's availability and the device's capability as the judging GPU's."""
+    import torch
+
+    torch.cuda.is_available = lambda: True  # type: ignore[assignment]
+    torch.cuda.device_count = lambda: 1  # type: ignore[assignment]
+    torch.cuda.current_device = lambda: 0  # type: ignore[assignment]
+    torch.cuda.get_device_capability = lambda device=None: capability  # type: ignore[assignment]
+
+
+def _run_once(module: ModuleType, reference: ModuleType) -> None:
+    """Build ``ModelNew`` and call it once, all on ``meta`` (what a call starts is what it builds)."""
+    import torch
+
+    with torch.device("meta"):
+        init = list(reference.get_init_inputs())
+        model = module.ModelNew(*init)
+        inputs = list(reference.get_inputs())
+        if isinstance(model, torch.nn.Module):
+            model = model.to("meta")
+        model(*inputs)
+
+
+def warm_lazy_builds(
+    module: ModuleType, reference_source: str, workdir: Path, built: list[dict[str, Any]], budget_s: float
+) -> float:
+    """Run ``module``'s model once in a forked child (see the module docstring); the builds it made are
+    appended to ``built`` (``artifacts.recording_builds``' list, which the child filled). Returns the
+    seconds it took."""
+    from ..judging.harness import load_module
+
+    t0 = time.perf_counter()
+    try:
+        reference = load_module(reference_source, "lazy_reference", workdir)
+    except Exception:  # noqa: BLE001 - the eval worker reports a broken reference; nothing to warm here
+        return 0.0
+    record = workdir / "lazy-builds.json"
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child's coverage is what the parent reads back
+        code = 0
+        try:
+            capability = target_capability(os.environ.get("TORCH_CUDA_ARCH_LIST"))
+            if capability is not None:
+                _answer_as_target(capability)
+            try:
+                _run_once(module, reference)
+            except BaseException:  # noqa: BLE001 - expected: the run cannot complete without a GPU
+                pass
+            record.write_text(json.dumps(built))
+        except BaseException:  # noqa: BLE001
+            code = 1
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + min(budget_s, MAX_LAZY_S)
+    while True:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            break
+        time.sleep(0.02)
+    try:
+        seen = json.loads(record.read_text())
+    except (OSError, ValueError):
+        seen = []
+    built.extend(b for b in seen[len(built) :] if isinstance(b, dict))
+    return time.perf_counter() - t0

@@ -1,0 +1,121 @@
+"""Builds a submission starts only once it runs are made on the compile pool, not on an eval worker (issue 51).
+
+Model-written solutions mostly call ``load_inline`` inside ``__init__`` or their first ``forward``, with
+flags read from the device: importing them builds nothing. One real solution here does both (two C++
+extensions, compiled for real); the compile worker must build them, and the eval worker only load them:
+neither library is written again while it is judged.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import anyio
+import ks_sources as S
+from kernel_service.workers.lazy_builds import target_capability
+from kernel_service.workers.pool import Reply, WorkerConfig, WorkerPool
+
+SOL_LAZY = r'''
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+ADD = r"""
+torch::Tensor add_cpu(torch::Tensor a, torch::Tensor b) {
+    auto a_c = a.contiguous(), b_c = b.contiguous();
+    auto out = torch::empty_like(a_c);
+    const float* pa = a_c.data_ptr<float>();
+    const float* pb = b_c.data_ptr<float>();
+    float* po = out.data_ptr<float>();
+    for (int64_t i = 0; i < a_c.numel(); ++i) po[i] = pa[i] + pb[i];
+    return out;
+}
+"""
+HALF = r"""
+torch::Tensor half_cpu(torch::Tensor a) {
+    auto a_c = a.contiguous();
+    auto out = torch::empty_like(a_c);
+    const float* pa = a_c.data_ptr<float>();
+    float* po = out.data_ptr<float>();
+    for (int64_t i = 0; i < a_c.numel(); ++i) po[i] = pa[i] * 0.5f;
+    return out;
+}
+"""
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        major, minor = torch.cuda.get_device_capability() if torch.cuda.is_available() else (0, 0)
+        self.add = load_inline(name="ks_lazy_init_add", cpp_sources=ADD, functions=["add_cpu"],
+                               extra_cflags=["-O1", f"-DKS_ARCH={major}{minor}"])
+        self.half = None
+
+    def forward(self, a, b):
+        if self.half is None:  # built at the first call, as most model-written extensions are
+            self.half = load_inline(name="ks_lazy_forward_half", cpp_sources=HALF, functions=["half_cpu"],
+                                    extra_cflags=["-O1"])
+        return self.half.half_cpu(self.add.add_cpu(a, b)) * 2.0
+'''
+
+
+def _libraries(root: Path) -> dict[str, float]:
+    return {p.name: p.stat().st_mtime for p in root.rglob("*.so")}
+
+
+def test_builds_in_init_and_forward_are_made_on_the_compile_pool(tmp_path: Path) -> None:
+    build_dir = tmp_path / "build-cache" / "lazy"
+    job = {
+        "reference": S.REF_ADD,
+        "solution": SOL_LAZY,
+        "backend": "cpp",
+        "build_dir": str(build_dir),
+        "options": {**S.FAST, "measure_performance": False, "timeout_s": 600},
+    }
+
+    async def scenario() -> tuple[Reply, dict[str, float], Reply]:
+        compile_pool = WorkerPool(WorkerConfig(role="compile", root=tmp_path), [None])
+        eval_pool = WorkerPool(WorkerConfig(role="eval", root=tmp_path), [None])
+        await compile_pool.start()
+        await eval_pool.start()
+        try:
+            compiled, _ = await compile_pool.run({**job, "job_id": "c1", "mode": "compile"}, 600)
+            built = _libraries(build_dir)
+            time.sleep(1.1)  # a rebuild would show in the libraries' mtimes
+            judged, _ = await eval_pool.run({**job, "job_id": "e1", "mode": "eval"}, 600)
+            return compiled, built, judged
+        finally:
+            await compile_pool.close()
+            await eval_pool.close()
+
+    compiled, built, judged = anyio.run(scenario)
+    assert compiled.result is not None and compiled.result["ok"], compiled
+    assert {"ks_lazy_init_add.so", "ks_lazy_forward_half.so"} <= set(built), built
+    assert {e["name"] for e in compiled.result["extensions"]} >= {"ks_lazy_init_add", "ks_lazy_forward_half"}
+    assert judged.result is not None and judged.result["outcome"] == "correct", judged
+    assert _libraries(build_dir) == built, "the eval worker built a library again instead of loading it"
+
+
+def test_the_judging_gpus_capability_is_what_a_lazy_build_reads() -> None:
+    assert target_capability("9.0a") == (9, 0)
+    assert target_capability("8.0;9.0") == (9, 0)
+    assert target_capability("8.6+PTX") == (8, 6)
+    assert target_capability(None) is None and target_capability("") is None
+
+
+def test_a_build_flag_from_the_device_matches_the_eval_side() -> None:
+    """In the compile worker's forked run, CUDA is "available" with the judging GPU's capability, so a
+    ``-arch`` flag built from ``get_device_capability()`` equals the eval worker's (same build, no rebuild)."""
+    import os
+    import subprocess
+    import sys
+
+    probe = (
+        "import torch\n"
+        "from kernel_service.workers.lazy_builds import _answer_as_target, target_capability\n"
+        "_answer_as_target(target_capability(__import__('os').environ['TORCH_CUDA_ARCH_LIST']))\n"
+        "print(torch.cuda.is_available(), torch.cuda.get_device_capability())\n"
+    )
+    env = {**os.environ, "TORCH_CUDA_ARCH_LIST": "9.0"}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "True (9, 0)"
