@@ -423,9 +423,12 @@ class GpuTimer:
             c, b = statistics.median(cand), statistics.median(base)
             if c > b * PREP_SLACK + PREP_SLACK_MS:
                 raise PrepError(
-                    f"the judge's own preparation of the candidate's timed calls (writing inputs, flushing L2) "
-                    f"took {c * 1e3:.1f} us against {b * 1e3:.1f} us for the same inputs with nothing else "
-                    "running: the submission ran GPU work outside its timed calls"
+                    "GPU work of the submission was still running after forward returned (work left on "
+                    "another stream, or launched and not waited for): it ran while the judge wrote the next "
+                    f"timed call's inputs and flushed L2, which took {c * 1e3:.1f} us against {b * 1e3:.1f} us "
+                    "with nothing else running. Make forward's work finish on the current stream before it "
+                    "returns (torch.cuda.current_stream().wait_stream(side_stream), or launch on the current "
+                    "stream)"
                 )
 
 
