@@ -94,6 +94,19 @@ def test_builds_in_init_and_forward_are_made_on_the_compile_pool(tmp_path: Path)
     assert {e["name"] for e in compiled.result["extensions"]} >= {"ks_lazy_init_add", "ks_lazy_forward_half"}
     assert judged.result is not None and judged.result["outcome"] == "correct", judged
     assert _libraries(build_dir) == built, "the eval worker built a library again instead of loading it"
+    assert judged.result["phases"]["worker_build"] == 0.0, judged.result["phases"]
+
+
+def test_the_answer_counts_the_phases_in_which_the_worker_built(tmp_path: Path) -> None:
+    """``phases["worker_build"]``: a phase's seconds when a library was written during it, else 0."""
+    from kernel_service.kernelbench.judge import _WorkerBuilds
+
+    (tmp_path / "ext").mkdir()
+    builds = _WorkerBuilds(tmp_path)
+    assert builds.written_during(2.5) == 0.0
+    (tmp_path / "ext" / "ext.so").write_bytes(b"built while judged")
+    assert builds.written_during(2.5) == 2.5
+    assert builds.written_during(1.0) == 0.0
 
 
 def test_the_judging_gpus_capability_is_what_a_lazy_build_reads() -> None:

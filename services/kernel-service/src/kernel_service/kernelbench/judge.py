@@ -194,6 +194,29 @@ def _tf32_flags(mode: str) -> dict[str, bool]:
     return {"cudnn": mode == "on", "matmul": mode == "on"}
 
 
+class _WorkerBuilds:
+    """Libraries written in the job's build dir while the eval worker judged it: a build the compile pool
+    did not make (a lazy one it did not reach: ``workers.lazy_builds``). ``written_during`` gives the
+    seconds of a phase in which one was written, 0 otherwise: ``phases["worker_build"]``, an upper bound on
+    the eval worker's build time (a GPU judging nothing meanwhile)."""
+
+    def __init__(self, build_dir: Path) -> None:
+        self.dir = build_dir
+        self.seen = self._libraries()
+
+    def _libraries(self) -> dict[Path, float]:
+        try:
+            return {p: p.stat().st_mtime for p in self.dir.rglob("*.so")}
+        except OSError:
+            return {}
+
+    def written_during(self, seconds: float) -> float:
+        now = self._libraries()
+        written = any(self.seen.get(p) != m for p, m in now.items())
+        self.seen = now
+        return seconds if written else 0.0
+
+
 class _Phases:
     def __init__(self, run: Run, phases: dict[str, float], report: PhaseReporter) -> None:
         self.run, self.phases, self.report = run, phases, report
@@ -244,6 +267,7 @@ def _evaluate(
 
     with phase("load"):
         build_dir = usable_build_dir(Path(job.build_dir), run.workdir)
+        builds = _WorkerBuilds(Path(build_dir))
         setup = {"op": "setup", "device": str(device), "tf32": opts.tf32, "build_dir": build_dir}
         models = {"reference": (job.reference, "Model", Outcome.UNKNOWN_ERROR),
                   "candidate": (job.solution, "ModelNew", Outcome.COMPILATION_FAILURE)}  # fmt: skip
@@ -258,6 +282,7 @@ def _evaluate(
         }  # fmt: skip
         run.spawn = {"build_dir": build_dir, "setup": setup, "load": loads}
         run.start_pair()
+    phases["worker_build"] = builds.written_during(phases["load"])
 
     atol, rtol = opts.atol, opts.rtol
     passed = 0
@@ -293,6 +318,7 @@ def _evaluate(
                         "max_abs_error": cmp.max_abs_error, "max_rel_error": cmp.max_rel_error,
                         "atol": atol, "rtol": rtol}  # fmt: skip
             passed += 1
+    phases["worker_build"] += builds.written_during(phases["correctness"])
     common.update({"correctness_trials_passed": passed, "max_abs_error": max_abs if passed else None,
                    "max_rel_error": max_rel if passed else None, "atol": atol, "rtol": rtol})  # fmt: skip
     if opts.correctness_trials == 0:
