@@ -10,7 +10,7 @@ records its inter-process event *done* and answers; the judge's stream waits on 
 ``end``, and the judge's copies of the outputs are enqueued right behind it. The reading is ``mid -> end``
 less the path's own cost (the median of null calls through the same path on the trusted reference side,
 made once the candidate is gone: two inter-process event hops, ~0.29 ms of GPU context switches on the
-H100 without MPS, ~16 us under MPS), so no host latency (pipe, Python, launches) is in it while the gate
+H100 without MPS, ~6.6 or ~10.9 us through the stream-memory hop under MPS), so no host latency (pipe, Python, launches) is in it while the gate
 holds. A call whose end (and output copies) were enqueued after the gate opened by itself is measured
 again with a doubled gate, up to the longest;
 a call that synchronises the host inside ``forward`` never beats it and is read with its host time, as an
@@ -116,7 +116,7 @@ def calls_per_reading(call_ms: float, call_bytes: int, leaves: int, max_nodes: i
     calls, on bytes (``call_bytes``: one call's inputs, outputs and the judge's copies of the outputs) and
     on the values a reply may name.
 
-    Under MPS, one: the path costs ~8-16 us there (no context switch), so nothing needs dividing, and a
+    Under MPS, one: the path costs ~6.6-10.9 us there (no context switch), so nothing needs dividing, and a
     reading of one call leaves a candidate no set of calls to overlap, batch or share work across, and
     starts every call from a flushed L2 (bench/chained_calls_probe.py measured the per-call path)."""
     if under_mps():
