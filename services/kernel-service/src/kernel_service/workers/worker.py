@@ -307,7 +307,10 @@ def _pin(cpus: str | None, allowed: set[int], *pids: int) -> None:
     (the cores it was started with: on another host, a Ray node, the ids may not exist; then keep all)."""
     mine = {int(c) for c in cpus.split(",")} & allowed if cpus else set()
     for pid in (0, *pids) if mine else ():
-        os.sched_setaffinity(pid, mine)
+        try:
+            os.sched_setaffinity(pid, mine)
+        except ProcessLookupError:  # the zygote died: the judge starts another when it needs one
+            pass
 
 
 def _shared_context_fault(exc: BaseException) -> bool:
