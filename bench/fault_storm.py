@@ -34,7 +34,7 @@ compile pool, not a GPU worker); the same from ``total_s`` alone is reported too
 (``fault_extra_total_s_max``).
 
 Level-1 selection: level-1 problems in ``problem_id`` order, skipping ``LEVEL1_SKIP``: those that, judged
-as their own solution in this repo's 14 earlier level-1 sweeps (``bench/results/*level1*.json``), took over
+as their own solution in this repo's 14 earlier level-1 sweeps (``bench/results/*level1*.json`` at 6e9622e), took over
 5 s an evaluation or read outside 0.97-1.03x at least once.
 
 Exit code 0 when no honest job got a false verdict, every fault was charged to its candidate and
@@ -115,7 +115,8 @@ CUSTOM_KINDS = ("honest_triton", "honest_cuda")
 LEVEL1_BAND = (0.95, 1.05)
 BASELINE_TOLERANCE = 0.05
 EXTRA_S_LIMIT = 10.0
-#: Level-1 problems left out, by name, and why (their own-solution evaluations in bench/results/*level1*.json).
+#: Level-1 problems left out, by name, and why (their own-solution evaluations in bench/results/*level1*.json at
+#: 6e9622e: ``git show 6e9622e:bench/results/NAME``).
 LEVEL1_SKIP: dict[str, str] = {
     "33_BatchNorm": "read up to 1.072x against itself",
     "51_Argmax_over_a_dimension": "up to 7.0 s an evaluation",
