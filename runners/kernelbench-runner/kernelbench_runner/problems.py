@@ -24,10 +24,10 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from benchmark_runner.schemas import Task, describe_validation_error
-from pydantic import Field, ValidationError, model_validator
+from benchmark_runner.schemas import StrictModel, Task, describe_validation_error
+from pydantic import Field, SerializerFunctionWrapHandler, ValidationError, model_serializer, model_validator
 
 HUB_DATASET = "ScalingIntelligence/KernelBench"
 HARNESS_FUNCTIONS = frozenset({"get_inputs", "get_init_inputs"})
@@ -38,6 +38,25 @@ class ProblemLoadError(ValueError):
     """A problem source is missing, malformed, or names no problem."""
 
 
+#: What the service compiles a solution as (``KernelEvalRequest.backend``).
+SolutionBackend = Literal["cuda", "triton", "cpp", "torch"]
+
+
+class StoredSolution(StrictModel):
+    """An existing solution a task carries (``--solutions``: a corpus judged as it is, no model asked)."""
+
+    code: str = Field(min_length=1, description="the solution module (defines ModelNew)")
+    backend: SolutionBackend = Field(
+        description="what the service compiles it as: inferred from the source, or --backend"
+    )
+    source: str = Field(
+        min_length=1, description="where it was read: a file, or FILE:LINE / FILE level L row N"
+    )
+    fields: dict[str, Any] = Field(
+        default_factory=dict, description="the row's other fields, kept as they were (e.g. score_default)"
+    )
+
+
 class KernelBenchTask(Task):
     """One KernelBench problem. ``question`` is what the prompt shows; ``reference_code`` what is run."""
 
@@ -45,6 +64,18 @@ class KernelBenchTask(Task):
     problem_id: int = Field(ge=0)
     name: str = Field(min_length=1, description="upstream file stem, e.g. 19_ReLU")
     reference_code: str = Field(default="", description="the full problem source; defaults to question")
+    solution: StoredSolution | None = Field(
+        default=None, description="a stored solution to judge (``--model solutions``); None for a problem"
+    )
+
+    @model_serializer(mode="wrap")
+    def _without_absent_solution(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A problem dumps as it did before ``solution`` existed: its dataset hash (a run's identity)
+        and ``tasks.jsonl`` stay the same, so runs made earlier resume."""
+        data: dict[str, Any] = handler(self)
+        if self.solution is None:
+            data.pop("solution", None)
+        return data
 
     @model_validator(mode="after")
     def _default_reference(self) -> KernelBenchTask:
