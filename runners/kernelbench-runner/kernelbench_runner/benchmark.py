@@ -5,12 +5,14 @@ sends the final kernel to the service once more (a fresh, independent measuremen
 computed here with ``kernel_service.kernelbench.metrics`` so any service (even one with a generic ``/v1/score``)
 yields the same fast_p / geomean / reward numbers. Runner options (``--backend``, ``--feedback``...)
 arrive in ``LLMConfig.extra`` and through ``configure`` (see ``cli_options``); ``report RUN_ID``
-writes the run's self-contained HTML page (report.py).
+writes the run's self-contained HTML page (report.py). ``--model solutions --solutions PATH`` judges
+existing solutions instead of asking a model (solutions.py: one task per solution, its reference with it).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -34,15 +36,18 @@ from kernel_service.kernelbench.metrics import fast_p_curve, outcome_counts, rew
 from pydantic import Field, ValidationError
 
 from .agent import AgentOptions, ChatModel, FeedbackMode, KernelAgent, Strategy
-from .baselines import reference_model, torch_compile_model
+from .baselines import reference_model, solutions_model, torch_compile_model
 from .problems import KernelBenchTask, load_problems, select, task_id_for
-from .records import outcomes_from_evaluations
+from .records import outcomes_from_evaluations, reported_fields
 from .report import write_report
+from .solutions import load_solutions
 
 if TYPE_CHECKING:
     from benchmark_runner.service import BenchmarkService
 
 DEFAULT_DATASET_FILE = Path(__file__).parent / "data" / "sample.jsonl"
+
+log = logging.getLogger(__name__)
 
 BackendName = Literal["cuda", "triton", "cpp", "torch"]
 PrecisionName = Literal["fp32", "fp16", "bf16"]
@@ -71,6 +76,9 @@ class KernelBenchOptions(StrictModel):
     price_in: float | None = Field(default=None, ge=0, description="$ per 1M prompt tokens")
     price_out: float | None = Field(default=None, ge=0, description="$ per 1M completion tokens")
     prompt_source: Literal["full", "model"] = "full"
+    solutions: str | None = Field(
+        default=None, description="a folder or JSON/JSONL file of existing solutions to judge (solutions.py)"
+    )
 
     @classmethod
     def from_extra(cls, extra: dict[str, Any] | None) -> KernelBenchOptions:
@@ -173,6 +181,15 @@ def make_cli_options() -> list[click.Option]:
             default=None,
             help="full: the whole problem file as upstream prompts; model: Model and imports only [default: full]",
         ),
+        _option(
+            "--solutions",
+            type=click.Path(exists=True, resolve_path=True),
+            default=None,
+            help="judge existing solutions, one task each (with --model solutions, which asks no model): a "
+            "folder of upstream's level_L_problem_P_sample_S_kernel.py files (references: the dataset's "
+            "problems), or a JSON/JSONL file of rows with their own ref_code and custom_code (CUDA-L1's "
+            "layouts); backend inferred from each source unless --backend",
+        ),
     ]
 
 
@@ -208,6 +225,7 @@ class KernelBenchRunner(BenchmarkRunner):
     OFFLINE_MODELS: ClassVar[dict[str, OfflineModel]] = {
         "reference": reference_model,
         "torch-compile": torch_compile_model,
+        "solutions": solutions_model,
     }
     DATASET_SOURCES: ClassVar[tuple[str, ...]] = ("hub",)  # --dataset-file hub[:NAME]: the public dataset
     DEFAULT_DATASET_FILE: ClassVar[Path | None] = DEFAULT_DATASET_FILE  # the bundled sample
@@ -217,6 +235,7 @@ class KernelBenchRunner(BenchmarkRunner):
     ):
         super().__init__(service, dataset_name)
         self.settings = KernelBenchOptions()
+        self.solutions_skipped: list[str] = []
         self.configure(options or {})
 
     @classmethod
@@ -258,8 +277,34 @@ class KernelBenchRunner(BenchmarkRunner):
     # ---- tasks -------------------------------------------------------------------------------------
 
     def load_tasks(self, dataset_file: Path | None) -> list[Task]:
-        tasks = load_problems(dataset_file if dataset_file is not None else DEFAULT_DATASET_FILE)
+        source = dataset_file if dataset_file is not None else DEFAULT_DATASET_FILE
+        if self.settings.solutions is not None:
+            return list(self.load_solutions(Path(self.settings.solutions), source))
+        tasks = load_problems(source)
         return list(select(tasks, levels=self.settings.level or None))
+
+    def load_solutions(self, path: Path, dataset_file: Path) -> list[KernelBenchTask]:
+        """``--solutions PATH``: one task per stored solution (solutions.py); a folder's references are
+        ``dataset_file``'s problems. Bad input is a usage error of ``--solutions`` naming file, row and
+        field; rows without solution code are skipped and counted (logged, and in ``solutions_skipped``)."""
+        forced = self.options.get("backend")  # None: not given, inferred from each solution
+        try:
+            loaded = load_solutions(
+                path, lambda: load_problems(dataset_file), levels=self.settings.level, backend=forced
+            )
+        except (OSError, ValueError) as exc:
+            raise click.BadParameter(str(exc), param_hint="'--solutions'") from exc
+        self.solutions_skipped = loaded.skipped
+        if loaded.skipped:
+            shown = "; ".join(loaded.skipped[:3]) + ("; ..." if len(loaded.skipped) > 3 else "")
+            log.warning(
+                "%s: %d solution(s) to judge, %d without solution code skipped (%s)",
+                path,
+                len(loaded.tasks),
+                len(loaded.skipped),
+                shown,
+            )
+        return loaded.tasks
 
     def load_problem(self, path: Path) -> Task:
         """``--problem FILE``: a KernelBench problem file (``level1/19_ReLU.py``) or one JSON task."""
@@ -397,9 +442,11 @@ class KernelBenchRunner(BenchmarkRunner):
         assert isinstance(task, KernelBenchTask)
         service = self.kernel_service()
         body = await service.post("/v1/evaluate", self.build_evaluate_request(task, generation))
-        return EvalResult(
-            task_id=task.id, model=generation.model, data=response_to_eval_data(body, task, generation)
-        )
+        data = response_to_eval_data(body, task, generation)
+        solution = generation.metadata.get("solution")
+        if isinstance(solution, dict):  # a stored solution's origin and fields (score_default...)
+            data.details["solution"] = solution
+        return EvalResult(task_id=task.id, model=generation.model, data=data)
 
     async def score(self, evaluations: list[EvalResult], model: str) -> ScoreResult:
         """Computed locally (``kernel_service.kernelbench.metrics``): the same numbers whatever service evaluated."""
@@ -434,7 +481,7 @@ class KernelBenchRunner(BenchmarkRunner):
                     status=e.data.status,
                     score=r.reward,
                     outcome=r.outcome,
-                    details={"speedup": r.speedup, "level": r.level},
+                    details={"speedup": r.speedup, "level": r.level, **reported_fields(e)},
                 )
                 for r, e in zip(records, evaluations, strict=True)
             ],

@@ -41,3 +41,17 @@ def outcomes_from_evaluations(evaluations: list[EvalResult]) -> list[TaskOutcome
             )
         )
     return records
+
+
+def reported_speedup(evaluation: EvalResult) -> float | None:
+    """A stored solution's own speedup (its row's ``score_default``: CUDA-L1's measurement), if any."""
+    solution = evaluation.data.details.get("solution")
+    fields = solution.get("fields") if isinstance(solution, dict) else None
+    value = fields.get("score_default") if isinstance(fields, dict) else None
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def reported_fields(evaluation: EvalResult) -> dict[str, Any]:
+    """``{"reported_speedup": x}`` for a score's per-task details, or nothing."""
+    value = reported_speedup(evaluation)
+    return {} if value is None else {"reported_speedup": value}

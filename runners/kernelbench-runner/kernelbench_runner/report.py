@@ -27,7 +27,7 @@ from benchmark_runner.schemas import EvalResult, GenerationResult, ScoreResult
 from kernel_service.kernelbench.metrics import OUTCOME_ORDER, TaskOutcome, fast_p, metrics_by_level, summarize
 from pydantic import ValidationError
 
-from .records import outcomes_from_evaluations
+from .records import outcomes_from_evaluations, reported_speedup
 
 #: Inline at most this many characters of a kernel or feedback file (the link has the rest).
 INLINE_CHARS = 20_000
@@ -354,8 +354,10 @@ def render(run: RunData, out_dir: Path, price_in: float | None = None, price_out
         )
     )
     speedups = [r.speedup for r in records if r.correct and r.speedup is not None and r.speedup > 0]
+    reported = [reported_speedup(e) for e in run.evaluations]
+    show_reported = any(v is not None for v in reported)  # stored solutions that came with their own speedup
     rows = []
-    for r, e in zip(records, run.evaluations, strict=True):
+    for r, e, claimed in zip(records, run.evaluations, reported, strict=True):
         gen = run.generations.get(r.task_id)
         files = run.files.get(r.task_id, TaskFiles())
         kernel_links = []
@@ -377,11 +379,19 @@ def render(run: RunData, out_dir: Path, price_in: float | None = None, price_out
             f'<tr class="task" data-task="{html.escape(r.task_id)}" data-outcome="{html.escape(r.outcome or "")}">'
             f"<td>{html.escape(r.task_id)}</td><td class=num>{_fmt(r.level)}</td>"
             f'<td class="o-{html.escape(r.outcome or "")}">{html.escape(r.outcome or "")}</td>'
-            f"<td class=num>{_fmt(r.speedup)}</td><td class=num>{_fmt(r.reward)}</td>"
+            f"<td class=num>{_fmt(r.speedup)}</td>"
+            + (f'<td class="num reported">{_fmt(claimed)}</td>' if show_reported else "")
+            + f"<td class=num>{_fmt(r.reward)}</td>"
             f"<td class=num>{len(gen.turns) if gen else ''}</td>"
             f"<td>{''.join(kernel_links)}</td><td>{''.join(feedback)}</td></tr>"
         )
     title = f"KernelBench run {run.run_dir.name}: {model}"
+    reported_head = (
+        '<th title="the speedup the solution came with (its score_default), measured by its authors">'
+        "reported speedup</th>"
+        if show_reported
+        else ""
+    )
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; img-src data:">
@@ -400,7 +410,7 @@ fast_p = share of all tasks that are correct with speedup &gt; p; geomean over c
 {outcome_bars(records)}
 </div>
 <h2>Tasks</h2>
-<table id="tasks"><thead><tr><th>task</th><th>level</th><th>outcome</th><th>speedup</th><th>reward</th><th>turns</th>
+<table id="tasks"><thead><tr><th>task</th><th>level</th><th>outcome</th><th>speedup</th>{reported_head}<th>reward</th><th>turns</th>
 <th>kernels</th><th>feedback</th></tr></thead><tbody>
 {"".join(rows)}
 </tbody></table>
