@@ -45,10 +45,10 @@ def _answer_as_target(capability: tuple[int, int]) -> None:
     """In the forked child only: CUDA's availability and the device's capability as the judging GPU's."""
     import torch
 
-    torch.cuda.is_available = lambda: True  # type: ignore[assignment]
-    torch.cuda.device_count = lambda: 1  # type: ignore[assignment]
-    torch.cuda.current_device = lambda: 0  # type: ignore[assignment]
-    torch.cuda.get_device_capability = lambda device=None: capability  # type: ignore[assignment]
+    torch.cuda.is_available = lambda: True
+    torch.cuda.device_count = lambda: 1
+    torch.cuda.current_device = lambda: 0
+    torch.cuda.get_device_capability = lambda device=None: capability
 
 
 def _run_once(module: ModuleType, reference: ModuleType) -> None:
