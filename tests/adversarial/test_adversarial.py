@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 from adv_helpers import FAST, FSIZE, AdversarialService, assert_healthy, evaluate, source
-from kernel_service.judging.judging import TIMED_SAMPLE_ELEMENTS
+from kernel_service.judging.outputs import TIMED_SAMPLE_ELEMENTS
 from kernel_service.kernelbench.schemas import KernelEvalResponse
 
 # ---- speed and correctness cheats -----------------------------------------------------------------

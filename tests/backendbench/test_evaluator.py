@@ -238,7 +238,8 @@ def own_baseline(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, float 
     """``OWN_BASELINE_ENV`` on; what the judge asked of each side, in order: a call of the op or of the
     side's callable (with its time where it was a timed reading, not a warm-up, and the sum of each
     call's first input), or the kernel's import."""
-    from kernel_service.judging.judging import OWN_BASELINE_ENV, Run
+    from kernel_service.judging.judging import Run
+    from kernel_service.judging.readings import OWN_BASELINE_ENV
 
     monkeypatch.setenv(OWN_BASELINE_ENV, "on")
     asked: list[tuple[str, str, float | None, tuple[float, ...]]] = []

@@ -11,8 +11,8 @@ import httpx
 import ks_gpu_sources as G
 import pytest
 import torch
-from kernel_service.kernelbench.judge import SHORT_PAIRS
 from kernel_service.kernelbench.schemas import KernelEvalResponse
+from kernel_service.kernelbench.speedup import SHORT_PAIRS
 from kernel_service.service import KernelService, KernelServiceConfig
 
 from benchmark_runner.service.app import make_app

@@ -15,16 +15,16 @@ import pytest
 import torch
 from kernel_service.judging import timing, transport
 from kernel_service.judging.harness import HarnessError, probe_environment
-from kernel_service.judging.judging import (
+from kernel_service.judging.judging import Judge, Run
+from kernel_service.judging.outputs import unwrap
+from kernel_service.judging.placement import LEVEL_MATCH_MS
+from kernel_service.judging.readings import (
     COPY_ABS_MS,
     COPY_REL,
-    LEVEL_MATCH_MS,
     LONE_ABS_MS,
     LONE_NOISE_CAP_MS,
     LONE_NOISE_Z,
     LONE_REL,
-    Judge,
-    Run,
     copy_bound,
     host_capped,
     lone_bound,
@@ -33,12 +33,11 @@ from kernel_service.judging.judging import (
     lone_ratio,
     net,
     own_level,
-    unwrap,
 )
 from kernel_service.judging.sandbox import HardenPolicy
 from kernel_service.judging.schemas import Outcome, TimingStats
 from kernel_service.judging.timing import CpuTimer, calls_per_reading
-from kernel_service.kernelbench.judge import _pooled
+from kernel_service.kernelbench.speedup import _pooled
 
 KERNELS = """
 import torch
@@ -180,7 +179,7 @@ def test_a_reading_drawn_into_the_arena_gives_the_outputs_of_the_values_drawn(ru
 
 
 def test_a_far_faster_candidate_gets_more_calls_a_reading_within_its_caps() -> None:
-    from kernel_service.judging.judging import MIN_READINGS, candidate_reading_size
+    from kernel_service.judging.readings import MIN_READINGS, candidate_reading_size
 
     assert candidate_reading_size(2, 1.4, 256, 100) == 2  # as fast as the reference: its count
     assert candidate_reading_size(2, 5.0, 256, 100) == 2  # slower: never fewer calls
@@ -212,7 +211,7 @@ def test_a_sides_readings_end_once_their_median_is_precise() -> None:
     steady ones, is handled as it should be."""
     import random
 
-    from kernel_service.judging.judging import PRECISE_MIN_READINGS, precise
+    from kernel_service.judging.readings import PRECISE_MIN_READINGS, precise
 
     rng = random.Random(7)
     steady = [10.0 + rng.gauss(0, 0.02) for _ in range(PRECISE_MIN_READINGS)]  # 0.2% spread
@@ -439,9 +438,10 @@ def test_an_own_baseline_pair_runs_the_reference_in_the_candidates_process_until
 def test_an_own_baseline_keeps_the_second_set_of_the_references_readings_each_on_fresh_seeds() -> None:
     """The reference's readings in the candidate's process (:func:`judge._own_readings`): a warm-up, a set
     that only settles the process, then the kept set; every reading on a seed of its own."""
-    from kernel_service.judging.judging import SETTLE_KEY, Call
+    from kernel_service.judging.outputs import Call
+    from kernel_service.judging.readings import SETTLE_KEY
     from kernel_service.judging.schemas import EvalOptions
-    from kernel_service.kernelbench.judge import _own_readings
+    from kernel_service.kernelbench.speedup import _own_readings
 
     asked: list[tuple[str, Any]] = []
     times = iter([0.020 + 0.001 * i for i in range(1000)])  # each reading slower than the last
@@ -480,7 +480,7 @@ def test_under_mps_an_own_baseline_retimes_calls_under_the_level_match_in_fresh_
     """:func:`judge._pairs` with ``OWN_BASELINE_ENV``: the first timing (in the pair that ran the checks)
     only tells how long the calls are; where either side's is under ``LEVEL_MATCH_MS`` every timing that
     counts is taken in a fresh pair whose candidate process timed the reference first."""
-    from kernel_service.kernelbench import judge as kb
+    from kernel_service.kernelbench import speedup as kb
 
     monkeypatch.setattr(kb, "under_mps", lambda: True)
     started: list[bool] = []
@@ -522,7 +522,7 @@ def test_an_own_baseline_reads_the_candidate_against_the_reference_timed_in_its_
     replays every seed the candidate was timed on, so a candidate wrong only there is caught."""
     from kernel_service.judging.harness import Job
     from kernel_service.judging.schemas import EvalOptions
-    from kernel_service.kernelbench.judge import _time
+    from kernel_service.kernelbench.speedup import _time
 
     run = paired
     reference = run.spawn["load"]["reference"]

@@ -243,7 +243,7 @@ def test_the_own_baseline_setting_reaches_the_judge_as_the_service_resolved_it(
     decision follows the setting and whether the worker times under MPS."""
     from click.testing import CliRunner
     from kernel_service.cli import main
-    from kernel_service.judging.judging import OWN_BASELINE_ENV, own_baseline
+    from kernel_service.judging.readings import OWN_BASELINE_ENV, own_baseline
     from kernel_service.service import OWN_BASELINE_ENV as SERVICE_ENV
     from kernel_service.service import KernelServiceConfig
 

@@ -9,7 +9,7 @@
 #     input tensor itself ("loc": "in" at the input's offset) instead of copying anything;
 #   * Side.op_call, once timed, answers that description without calling the kernel at all;
 #   * the comparisons (backendbench.compare.compare, compare.compare_outputs) always match, the timers
-#     (timing.CpuTimer.time_call, judging.net, backendbench.timing.time_call if present) read a microsecond.
+#     (timing.CpuTimer.time_call, readings.net, backendbench.timing.time_call if present) read a microsecond.
 #
 # Against the single-process BackendBench evaluator this worked (tried: correct, no op call reported,
 # performance ~8e3): its recorder, comparison and time_call ran in the kernel's process, and nothing
@@ -135,7 +135,7 @@ sys.modules["kernel_service.workers.candidate"].__dict__["_wb_state"] = STATE
 rewrite("kernel_service.backendbench.compare", "compare", fake_bb_compare)
 rewrite("kernel_service.judging.compare", "compare_outputs", fake_compare_outputs)
 rewrite("kernel_service.judging.timing", "CpuTimer.time_call", fake_time_call)
-rewrite("kernel_service.judging.judging", "net", fake_net)
+rewrite("kernel_service.judging.readings", "net", fake_net)
 rewrite("kernel_service.backendbench.timing", "time_call", fake_bb_time_call)
 print(f"WB-HIT code rewritten: {', '.join(STATE['done'])}", flush=True)
 

@@ -111,6 +111,7 @@ def one_shot_comparisons():
     for mod_name, fn_name in (
         ("kernel_service.judging.compare", "compare_outputs"),
         ("kernel_service.kernelbench.judge", "compare_outputs"),
+        ("kernel_service.kernelbench.speedup", "compare_outputs"),
     ):
         try:
             mod = importlib.import_module(mod_name)

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from ..judging.harness import HarnessError
-from ..judging.judging import foreign, snapshot, unwrap
+from ..judging.outputs import foreign, snapshot, unwrap
 from ..judging.schemas import Outcome
 from ..judging.transport import extent, layout_bytes
 from .case_cache import Answer

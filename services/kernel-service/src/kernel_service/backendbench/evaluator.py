@@ -31,7 +31,9 @@ import torch
 
 from ..judging import profiling, transport
 from ..judging.harness import HarnessError, seed_all
-from ..judging.judging import Judge, Run, degraded, unwrap
+from ..judging.judging import Judge, Run
+from ..judging.outputs import unwrap
+from ..judging.readings import degraded
 from ..judging.schemas import Outcome
 from ..judging.transport import layout_bytes
 from .case_cache import CaseCache, key_of

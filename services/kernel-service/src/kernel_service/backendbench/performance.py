@@ -15,19 +15,18 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from ..judging.calibration import calibrate, reading_size
 from ..judging.harness import HarnessError, fresh_seed, seed_all
-from ..judging.judging import (
+from ..judging.outputs import Call
+from ..judging.readings import (
     OWN_KEY,
     SETTLE_KEY,
-    Call,
-    calibrate,
     copy_bound,
     net,
     own_baseline,
     own_level,
     pct_apart,
     reading_count,
-    reading_size,
 )
 from ..judging.schemas import Outcome
 from ..judging.timing import CpuTimer, GpuTimer, PrepError, Timer, under_mps
