@@ -28,7 +28,7 @@ the reference side's for the same inputs by over ``PREP_SLACK`` is an execution 
 Under the service's MPS daemon (``workers.mps``) clients run at once, so a reading is one call, the hop
 is a pair of counters in device memory (``cuda_ipc.Hop``) instead of the events, each side's readings are
 read against its own process's level (``judging.own_level``; the candidate moved to the lower level
-before its code loads: ``Run._candidate_low``; the reference timed in a process at the candidate's level:
+before its code loads: ``placement._candidate_low``; the reference timed in a process at the candidate's level:
 ``Run.reference_at``), and a candidate's time is bounded by the judge's copy of its
 outputs (``judging.copy_bound``).
 
@@ -66,7 +66,7 @@ GATE_US_PER_CALL = 250.0
 #: Measurements of one reading that may miss the gate before it is accepted with host time in it: the gate
 #: doubles on each miss, so from the initial gate it reaches ``MAX_GATE_US`` within these; a reading
 #: that misses the longest gate is accepted at once, marked ``host_timed`` (a forward that synchronises
-#: the host never meets any gate; the judge then reads fewer calls a reading: ``judge._time``).
+#: the host never meets any gate; the judge then reads fewer calls a reading: ``speedup._time``).
 GATE_TRIES = 7
 #: A reading's calls are cut so that its host work (the judge drawing and copying, the side launching)
 #: takes about this long, well inside the longest gate: 256 calls of a 1x128 ``load_inline`` add took

@@ -10,10 +10,10 @@ memory operations (``cuda_ipc.Hop``: 6.6 us, against 16 or 23 us by process with
 and a candidate's time is bounded by the judge's copy of its outputs (``judging.copy_bound``: work hidden
 on another stream past *done* delays that copy). The hop sits at one of two levels by process (~6.6 or
 ~10.9 us on the H100), and at the upper one a real call's path costs more than its null calls say, so the
-candidate is moved to the lower level before its code loads (``Run._candidate_low``) and each side is read
+candidate is moved to the lower level before its code loads (``placement._candidate_low``) and each side is read
 against its own level (``judging.own_level``). A process also reads a real call's path at an offset of its
 own (sd 0.2-0.3 us), so a KernelBench call under 10 us is timed in eight fresh process pairs
-(``kernelbench.judge._pairs``), and each process sits in one of two modes for real calls (~1.1 us apart on
+(``kernelbench.speedup._pairs``), and each process sits in one of two modes for real calls (~1.1 us apart on
 mm) that neither level probe sees, one role keeping the slow mode for a service's life (mm 0.93-1.09 over
 six services). So each kernel is read against the reference timed in its own process before it loads
 (``judging.OWN_BASELINE_ENV``, auto under MPS). Measured on the H100 at this rule (BENCHMARKS.md, issue 30):
