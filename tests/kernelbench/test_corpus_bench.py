@@ -1,0 +1,164 @@
+"""``bench/corpus.py``: a corpus of solutions judged through the real runner, and its summary.
+
+A tiny CUDA-L1-style corpus (JSON lines with ``score_default``) on small CPU references is judged by
+``python bench/corpus.py`` as on a GPU machine: the runner as a subprocess, its embedded kernel service
+(CPU workers here), the summary read back from the run's artifacts. The families of the verdicts are
+checked on their own, from the messages the kernel service writes.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+HEADER = "import torch\nimport torch.nn as nn\n\n"
+
+
+@pytest.fixture
+def corpus(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """bench/corpus.py as a module (its imports need bench/ on the path; PYTHONPATH restored after)."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+    spec = importlib.util.spec_from_file_location("bench_corpus", BENCH / "corpus.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    ("outcome", "message", "max_abs", "expected"),
+    [
+        ("correct", "", 0.0, "correct"),
+        (
+            "incorrect",
+            "a timed call's output differs from the reference: call 3",
+            1e-6,
+            "cached_across_calls",
+        ),
+        (
+            "execution_failure",
+            "GPU work of the submission was still running after forward returned",
+            None,
+            "side_stream_work",
+        ),  # fmt: skip
+        ("incorrect", "correctness trial 1/5: output: 3 of 32 elements outside atol", 4e-3, "tolerance"),
+        (
+            "incorrect",
+            "correctness trial 1/5: output: 32 of 32 elements outside atol",
+            4.7,
+            "incorrect_other",
+        ),
+        ("incorrect", "correctness trial 1/5: output shape (4,) differs", None, "incorrect_other"),
+        ("execution_failure", "RuntimeError: CUDA error: an illegal memory access", None, "faults"),
+        ("execution_failure", "CUDA kernel errors: device-side assert triggered", None, "faults"),
+        ("execution_failure", "TypeError: forward() takes 2 positional arguments", None, "execution_other"),
+        ("compilation_failure", "ninja: build stopped", None, "build_failures"),
+        ("initialization_failure", "ModelNew() failed", None, "init_failures"),
+        ("timeout", "", None, "timeouts"),
+        ("unknown_error", "", None, "unknown_error"),
+        ("requires_gpu", "", None, "requires_gpu"),
+    ],
+)
+def test_each_verdict_has_its_family(
+    corpus: ModuleType, outcome: str, message: str, max_abs: float | None, expected: str
+) -> None:
+    assert corpus.family(outcome, message, max_abs) == expected
+
+
+def ref(body: str, n_inputs: int) -> str:
+    args = ", ".join("abcd"[:n_inputs])
+    inputs = ", ".join(["torch.randn(4, 8)"] * n_inputs)
+    return (
+        f"{HEADER}class Model(nn.Module):\n    def forward(self, {args}):\n        return {body}\n\n\n"
+        f"def get_inputs():\n    return [{inputs}]\n\n\ndef get_init_inputs():\n    return []\n"
+    )
+
+
+def sol(body: str, n_inputs: int) -> str:
+    args = ", ".join("abcd"[:n_inputs])
+    return (
+        f"{HEADER}class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n\n"
+        f"    def forward(self, {args}):\n        return {body}\n"
+    )
+
+
+@pytest.mark.slow  # the embedded kernel service started in a subprocess: ~20 s on an idle machine
+def test_a_tiny_corpus_is_judged_through_the_runner_and_summarized(tmp_path: Path) -> None:
+    rows: list[dict[str, Any]] = [
+        {"level_id": 1, "task_id": 1, "ref_code": ref("a + b", 2), "custom_code": sol("torch.add(a, b)", 2),
+         "score_default": 1.5},
+        {"level_id": 1, "task_id": 2, "ref_code": ref("torch.relu(a)", 1), "custom_code": sol("a * 2", 1),
+         "score_default": 3.0},  # wrong
+        {"level_id": 2, "task_id": 5, "ref_code": ref("torch.relu(a)", 1),
+         "custom_code": sol("a.clamp(min=0) + 1e-3", 1), "score_default": 2.0},  # close, over the tolerance
+        {"level_id": 2, "task_id": 6, "ref_code": ref("a", 1), "custom_code": None, "score_default": None},
+    ]  # fmt: skip
+    path = tmp_path / "h100.json"  # CUDA-L1's revision: JSON lines named .json
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "summary.json"
+    cmd = [
+        sys.executable,
+        str(BENCH / "corpus.py"),
+        "--solutions",
+        str(path),
+        "--corpus-name",
+        "tiny@0 h100.json",
+    ]
+    cmd += [
+        "--output-dir",
+        str(tmp_path / "runs"),
+        "--run-id",
+        "tiny",
+        "--budget-s",
+        "300",
+        "--out",
+        str(out),
+    ]
+    done = subprocess.run([*cmd, "--concurrency", "2"], capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "family" in done.stdout and "level1" in done.stdout  # the human table
+
+    s = json.loads(out.read_text())
+    assert s["bench"] == "corpus" and s["corpus"] == "tiny@0 h100.json" and s["complete"]
+    assert (s["tasks"], s["done"]) == (3, 3)  # the row without custom_code is not a task
+    (call,) = s["calls"]
+    assert call["evaluated"] == 3 and s["wall_s"] == call["wall_s"] > 0
+    assert s["per_min"] == pytest.approx(3 / (s["wall_s"] / 60))
+    assert s["gpu_worker_s"] > 0 and s["gpu_build_s"] == 0.0
+    assert s["gpu_busy_share"] is None if s["gpus"] == 0 else 0 < s["gpu_busy_share"] <= 1
+    assert {k: v for k, v in s["outcomes"].items() if v} == {
+        "correct": 1,
+        "tolerance": 1,
+        "incorrect_other": 1,
+    }
+    assert set(s["outcomes"]) >= {"cached_across_calls", "side_stream_work", "faults", "build_failures"}
+    assert set(s["by_level"]) == {"level1", "level2"}
+    assert s["by_level"]["level1"]["correct_rate"] == 0.5 and s["by_level"]["level1"]["geomean_speedup"] > 0
+    assert {"fast_1", "geomean_speedup"} <= set(s["by_level"]["level2"])
+    assert {"load", "correctness", "worker_build"} <= set(s["phase_s_mean"])
+
+    reported = s["reported"]
+    pairs = {p["task_id"]: p for p in reported["tasks"]}
+    assert {t: p["theirs"] for t, p in pairs.items()} == {"L1_1": 1.5, "L1_2": 3.0, "L2_5": 2.0}
+    assert pairs["L1_1"]["ours"] > 0 and pairs["L1_1"]["ratio"] == pytest.approx(pairs["L1_1"]["ours"] / 1.5)
+    assert pairs["L1_2"]["ours"] is None and pairs["L1_2"]["ratio"] is None
+    differ = reported["differ_by_family"]
+    assert [d["task_id"] for d in differ["tolerance"]] == ["L2_5"]
+    assert [d["task_id"] for d in differ["incorrect_other"]] == ["L1_2"]
+    assert set(differ) <= {"correct", "tolerance", "incorrect_other"}
+    # the authors' numbers as the runner's own score reads them
+    score = json.loads((tmp_path / "runs" / "tiny" / "score.json").read_text())
+    assert {t["task_id"]: t["details"]["reported_speedup"] for t in score["per_task"]} == {
+        t: p["theirs"] for t, p in pairs.items()
+    }
+    assert json.loads((tmp_path / "runs" / "tiny.calls.json").read_text()) == s["calls"]
