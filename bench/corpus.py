@@ -61,6 +61,7 @@ use_sources("kernelbench-runner")
 
 from kernel_service.kernelbench.metrics import kernelbench_metrics, metrics_by_level  # noqa: E402
 from kernelbench_runner.records import outcomes_from_evaluations, reported_speedup  # noqa: E402
+from kernelbench_runner.solutions import SolutionLoadError, load_solutions  # noqa: E402
 
 from benchmark_runner.artifacts import TASKS_FILE, RunArtifacts  # noqa: E402
 from benchmark_runner.schemas import EvalResult  # noqa: E402
@@ -155,12 +156,16 @@ def run_runner(args: argparse.Namespace, run_id: str, concurrency: int) -> tuple
     return code, time.perf_counter() - t0, log.read_text()[-3000:]
 
 
-def task_count(run_dir: Path) -> int | None:
-    """The tasks the run was asked to judge (its tasks.jsonl: the corpus's rows with solution code)."""
+def task_count(run_dir: Path, solutions: Path) -> int | None:
+    """The tasks the run was asked to judge (the corpus's rows with solution code): its tasks.jsonl, else
+    (a run stopped before writing it) the corpus file read as the runner reads it."""
     path = run_dir / TASKS_FILE
-    if not path.is_file():
+    if path.is_file():
+        return sum(1 for line in path.read_text().splitlines() if line.strip())
+    try:
+        return len(load_solutions(solutions, problems=list).tasks)
+    except SolutionLoadError:  # a folder, whose references are the runner's dataset: not counted here
         return None
-    return sum(1 for line in path.read_text().splitlines() if line.strip())
 
 
 def _num(value: Any) -> float | None:
@@ -359,7 +364,7 @@ def main() -> int:
         "torch": torch.__version__,
         "complete": code == 0,
         "calls": calls,
-        "tasks": task_count(run_dir),
+        "tasks": task_count(run_dir, args.solutions),
         "done": done,
         "wall_s": wall_s,
         "per_min": done / (wall_s / 60) if wall_s > 0 else None,
