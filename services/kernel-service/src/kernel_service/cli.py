@@ -1,4 +1,5 @@
-"""``kernel-service serve`` (the HTTP API) and ``kernel-service eval REF.py SOL.py`` (one pair, no server)."""
+"""``kernel-service serve`` (the HTTP API), ``kernel-service eval REF.py SOL.py`` (one pair, no server) and
+``kernel-service doctor`` (whether scores can be trusted on this deployment)."""
 
 from __future__ import annotations
 
@@ -395,6 +396,105 @@ async def _eval_once(config: KernelServiceConfig, request: KernelEvalRequest) ->
         return await service.evaluate(request)
     finally:
         await service.shutdown()
+
+
+@main.command()
+@click.option(
+    "--quick",
+    is_flag=True,
+    help="the short run (at most ~90 s on a 2-GPU host): fewer kernels, no busy-host check",
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="print the report as JSON (a DoctorReport) instead of the table"
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="also write the JSON report here",
+)
+@click.option(
+    "--cpu", "cpu_only", is_flag=True, help="check the CPU path (as --gpus none), even on a GPU host"
+)
+@click.option(
+    "--url",
+    default=None,
+    help="check a running service at this URL instead of starting one here (serve's settings are then its own)",
+)
+@click.option(
+    "--api-key",
+    envvar="BENCHMARK_SERVICE_API_KEY",
+    show_envvar=True,
+    default=None,
+    help="with --url: the service's API key",
+)
+@click.option(
+    "--mps",
+    type=click.Choice(["auto", "on", "off"]),
+    default="auto",
+    show_default=True,
+    envvar="KS_MPS",
+    show_envvar=True,
+    help="as serve's --mps",
+)
+@click.option(
+    "--own-baseline",
+    type=click.Choice(["auto", "on", "off"]),
+    default="auto",
+    show_default=True,
+    envvar="KS_OWN_BASELINE",
+    show_envvar=True,
+    help="as serve's --own-baseline",
+)
+@common_options
+def doctor(
+    quick: bool,
+    as_json: bool,
+    out: Path | None,
+    cpu_only: bool,
+    url: str | None,
+    api_key: str | None,
+    mps: str,
+    own_baseline: str,
+    gpus: str,
+    workers: int,
+    work_dir: Path | None,
+    build_cache: Path | None,
+    sandbox: str,
+) -> None:
+    """Whether scores can be trusted on this deployment: judge known kernels (honest references, a real
+    speedup, cheats, faults, builds beside a short kernel) on every device, with the settings `serve`
+    would use here (or against --url), print the environment and each check, and end with one verdict
+    line. Exit status 1 when any check fails."""
+    from .doctor import DoctorOptions, run_doctor
+    from .doctor.report import render
+
+    if cpu_only:
+        gpus = "none"
+    options = DoctorOptions(
+        quick=quick, url=url, api_key=api_key, progress=lambda line: click.echo(line, err=True)
+    )
+    if url:
+        options.settings = {"url": url}
+    else:
+        cfg = _config(gpus, workers, work_dir, build_cache, sandbox, ())
+        cfg.result_cache = True  # as serve; the doctor's jobs bypass it (use_result_cache: false)
+        cfg.mps, cfg.own_baseline = cast(Setting, mps), cast(Setting, own_baseline)
+        options.config = cfg
+        options.settings = {
+            "gpus": gpus,
+            "mps": mps,
+            "own_baseline": own_baseline,
+            "sandbox": sandbox,
+            "workers": workers,
+        }
+    report = run_doctor(options)
+    text = json.dumps(report.model_dump(mode="json"), indent=2)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text)
+    click.echo(text if as_json else render(report))
+    sys.exit(0 if report.trusted else 1)
 
 
 if __name__ == "__main__":
