@@ -92,7 +92,7 @@ def sol(body: str, n_inputs: int) -> str:
     )
 
 
-@pytest.mark.slow  # the embedded kernel service started in a subprocess: ~20 s on an idle machine
+@pytest.mark.slow  # the embedded service in a subprocess: ~18 s CPU; 67-85 s wall on 2 busy cores (load 6-8)
 def test_a_tiny_corpus_is_judged_through_the_runner_and_summarized(tmp_path: Path) -> None:
     rows: list[dict[str, Any]] = [
         {"level_id": 1, "task_id": 1, "ref_code": ref("a + b", 2), "custom_code": sol("torch.add(a, b)", 2),
