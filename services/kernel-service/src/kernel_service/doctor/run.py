@@ -80,7 +80,10 @@ async def _local(options: DoctorOptions, marker: str, work: Path, t0: float) -> 
         independent = asyncio.create_task(independent_timings(pairs, plan.independent_calls, visible))
     try:
         with contextlib.ExitStack() as stack:
-            target = await asyncio.to_thread(stack.enter_context, in_process(config))
+            try:
+                target = await asyncio.to_thread(stack.enter_context, in_process(config))
+            except Exception as exc:  # noqa: BLE001 - a service that cannot start here is the first finding
+                return _not_started(options, path, exc, t0)
             service = target.service
             target.devices = [f"gpu{worker_gpu(g)}" for g in service.gpus] or ["cpu"]
             env = environment(
@@ -105,6 +108,24 @@ async def _local(options: DoctorOptions, marker: str, work: Path, t0: float) -> 
             os.environ.pop(SECRET_ENV, None)
         else:
             os.environ[SECRET_ENV] = old
+
+
+def _not_started(options: DoctorOptions, path: PathName, exc: Exception, t0: float) -> DoctorReport:
+    env = Environment(target="in-process service", path=path, settings=options.settings)
+    start = CheckReport(
+        name="start",
+        title="the service starts with serve's settings",
+        runs="KernelService(config).startup(): its eval and compile workers, MPS daemons",
+        rule="it starts",
+        fix="run `kernel-service serve` with the same options and read its log: a GPU worker refuses to start "
+        "without CUDA or a private /dev/shm, and --mps on refuses to start without a daemon per GPU",
+        status="fail",
+        seconds=round(time.perf_counter() - t0, 1),
+        results=[
+            DeviceResult(device="host", status="fail", summary=f"{exc.__class__.__name__}: {exc}"[:800])
+        ],
+    )
+    return _report(options, env, [start], path, t0)
 
 
 def _mps_row(path: str, running: bool, setting: str) -> str:
