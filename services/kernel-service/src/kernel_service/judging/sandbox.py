@@ -14,6 +14,10 @@ Two places apply them:
   so it is the layer with the most protection per line; the namespaces add defence in depth.
 
 Every layer degrades gracefully: what could not be applied is named in ``IsolationReport.fallbacks``.
+The launcher is chosen by running its launch (``try_launch``: the very flags and mounts of a worker's),
+never a lighter command: inside a container that masks parts of /proc (Docker's and podman's defaults),
+namespaces work but a fresh /proc cannot be mounted, so ``auto`` then takes the launcher without its PID
+namespace rather than a launch that fails at the first worker (README: "Isolation inside a container").
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
@@ -45,6 +50,9 @@ class IsolationReport(BaseModel):
     pid_namespace: bool = False
     net_namespace: bool = False
     mount_namespace: bool = False
+    ipc_namespace: bool = False
+    #: A /dev/shm of the worker's own (bwrap mounts it; under unshare the worker does: ``private_shm``).
+    private_shm: bool = False
     landlock_abi: int = 0
     landlock_fs: bool = False
     landlock_net: bool = False
@@ -54,7 +62,12 @@ class IsolationReport(BaseModel):
     fallbacks: list[str] = Field(default_factory=list)
 
     def summary(self) -> str:
-        layers: list[str] = [self.launcher] if self.launcher != "none" else []
+        layers: list[str] = []
+        if self.launcher != "none":
+            ns = [n for n in ("pid", "net", "mount", "ipc") if getattr(self, f"{n}_namespace")]
+            layers.append(f"{self.launcher}({','.join(ns)})")
+        if self.private_shm:
+            layers.append("private-shm")
         if self.landlock_fs:
             layers.append(f"landlock-v{self.landlock_abi}")
         layers += [f"{k}={v}" for k, v in self.rlimits.items()]
@@ -64,37 +77,114 @@ class IsolationReport(BaseModel):
 # ---- parent side: namespaces --------------------------------------------------------------------
 
 
-def _works(cmd: list[str]) -> bool:
+def _cap_sys_admin() -> bool:
+    """Whether this process may create namespaces without a user namespace (root in a container often
+    may not: Docker and podman drop CAP_SYS_ADMIN)."""
     try:
-        res = subprocess.run([*cmd, "true"], capture_output=True, timeout=10, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return res.returncode == 0
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("CapEff:"):
+                return bool(int(line.split()[1], 16) >> 21 & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
 
 
-def _unshare_base(exe: str) -> list[str]:
+def _unshare_base(exe: str, pid_namespace: bool = True) -> list[str]:
     # A new PID namespace needs its own /proc: without it cuInit fails (CUDA_ERROR_OPERATING_SYSTEM, 304)
     # and torch silently sees no GPU (measured on the H100 host, bench/results/unshare_cuda_probe.txt).
-    cmd = [exe, "--pid", "--fork", "--kill-child", "--net", "--mount", "--mount-proc"]
-    if os.geteuid() != 0:
+    if pid_namespace:
+        cmd = [exe, "--pid", "--fork", "--kill-child", "--net", "--mount", "--mount-proc"]
+    else:
+        cmd = [exe, "--fork", "--kill-child", "--net", "--mount"]
+    if os.geteuid() != 0 or not _cap_sys_admin():
         cmd.append("--map-root-user")
     return cmd
 
 
+#: The variable that tells a worker which namespaces its launch made (``policy_from_env``).
+NAMESPACES_ENV = "KS_SANDBOX_NAMESPACES"
+
+#: What each launcher gives a worker: its namespaces (``pid`` always with a /proc of its own).
+NAMESPACES: dict[Launcher, tuple[str, ...]] = {
+    "bwrap": ("pid", "net", "mount", "ipc", "uts"),
+    "unshare": ("pid", "net", "mount"),
+    "none": (),
+}
+
+#: Whether the probe found that a launcher works only without its PID namespace (and own /proc): a
+#: container that masks paths of its /proc (Docker's and podman's defaults) refuses a fresh proc mount.
+_without_pid: dict[Launcher, bool] = {}
+
+#: The probe's code, run under the launch: the worker's own /proc must be there (CUDA reads it) and its
+#: dirs writable, as in a real worker.
+_PROBE = "import os, sys; os.stat(f'/proc/{os.getpid()}/status'); open(sys.argv[1], 'w').close()"
+
+
+def namespaces(launcher: Launcher, pid_namespace: bool | None = None) -> tuple[str, ...]:
+    """The namespaces a worker started by ``launch_prefix(launcher)`` is in (as probed here)."""
+    if pid_namespace is None:
+        pid_namespace = not _without_pid.get(launcher, False)
+    return tuple(n for n in NAMESPACES[launcher] if pid_namespace or n != "pid")
+
+
+def _describe(launcher: Launcher, pid_namespace: bool) -> str:
+    return f"{launcher} {'with' if pid_namespace else 'without'} a PID namespace"
+
+
+def try_launch(launcher: Launcher, pid_namespace: bool = True, timeout: float = 30.0) -> str | None:
+    """Run what a worker's launch runs (``launch_prefix``: the same flags and mounts, a throwaway work
+    dir hidden and its worker dir bound back, this Python) with a tiny program; None when it worked,
+    else why not (the launcher's own words)."""
+    if shutil.which(launcher) is None:
+        return f"{launcher} not installed"
+    with tempfile.TemporaryDirectory(prefix="ks-sandbox-probe-") as d:
+        root = Path(d)
+        work = root / "workers" / "probe"
+        work.mkdir(parents=True)  # as the pool makes a worker's dir before its launch
+        cmd = launch_prefix(launcher, writable=[work], hidden=[root], pid_namespace=pid_namespace)
+        try:
+            res = subprocess.run(
+                [*cmd, sys.executable, "-c", _PROBE, str(work / "written")],
+                capture_output=True,
+                timeout=timeout,
+                check=False,
+                cwd=work,
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            return f"{_describe(launcher, pid_namespace)} fails here: {exc}"
+        if res.returncode == 0 and (work / "written").exists():
+            return None
+        err = res.stderr.decode(errors="replace").strip().splitlines()
+        said = err[-1] if err else f"exit {res.returncode}"
+        return f"{_describe(launcher, pid_namespace)} fails here: {said}"
+
+
 @cache
 def available_launcher(preferred: str = "auto") -> tuple[Launcher, tuple[str, ...]]:
-    """The best launcher that really works here (probed once), and why better ones were skipped."""
+    """The best launcher whose launch really works here (probed once: ``try_launch`` runs exactly what a
+    worker's launch runs), and why better ones were skipped.
+
+    ``auto`` tries bwrap, then unshare, each with a PID namespace, then each without one (a container
+    that masks parts of /proc refuses a fresh proc mount, which a PID namespace needs), then none.
+    A named launcher is tried in full only: a downgrade is for ``auto`` to make, not for a setting.
+    """
+    order: list[tuple[Launcher, bool]]
+    if preferred == "bwrap":
+        order = [("bwrap", True)]
+    elif preferred == "unshare":
+        order = [("unshare", True)]
+    else:
+        order = [("bwrap", True), ("unshare", True), ("bwrap", False), ("unshare", False)]
     why: list[str] = []
-    if preferred in ("auto", "bwrap"):
-        exe = shutil.which("bwrap")
-        if exe and _works([exe, "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--unshare-all", "--"]):
-            return "bwrap", ()
-        why.append("bwrap not installed" if exe is None else "bwrap present but cannot create namespaces")
-    if preferred in ("auto", "bwrap", "unshare"):
-        exe = shutil.which("unshare")
-        if exe and _works(_unshare_base(exe)):
-            return "unshare", tuple(why)
-        why.append("unshare not installed" if exe is None else "unshare cannot create namespaces")
+    for launcher, pid in order:
+        failure = try_launch(launcher, pid)
+        if failure is None:
+            _without_pid[launcher] = not pid
+            return launcher, tuple(why)
+        if failure not in why:
+            why.append(failure)
+    if len(order) == 1 and shutil.which(order[0][0]) and try_launch(order[0][0], False) is None:
+        why.append(f"{_describe(order[0][0], False)} works: sandbox='auto' would use it")
     return "none", tuple(why)
 
 
@@ -103,23 +193,29 @@ def launch_prefix(
     *,
     writable: Iterable[Path],
     hidden: Iterable[Path] = (),
+    pid_namespace: bool | None = None,
 ) -> list[str]:
     """Command prefix that starts the worker inside ``launcher``'s namespaces.
 
     ``writable``: the worker's temp dir and build cache (bound read-write). ``hidden``: dirs replaced by an
     empty tmpfs and files by /dev/null (the service's work dir, API keys file, other tenants' data);
     ``writable`` paths inside a hidden dir are bound back after it is hidden. Only bwrap hides paths.
+    ``pid_namespace``: None, as ``available_launcher`` found it works here (with one where not probed).
     """
     if launcher == "none":
         return []
+    if pid_namespace is None:
+        pid_namespace = not _without_pid.get(launcher, False)
     if launcher == "unshare":
         exe = shutil.which("unshare")
         assert exe is not None
-        return _unshare_base(exe)
+        return _unshare_base(exe, pid_namespace)
     exe = shutil.which("bwrap")
     assert exe is not None
-    cmd = [exe, "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--tmpfs", "/dev/shm", "--proc", "/proc"]
-    cmd += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--die-with-parent"]
+    cmd = [exe, "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--tmpfs", "/dev/shm"]
+    if pid_namespace:
+        cmd += ["--proc", "/proc", "--unshare-pid"]
+    cmd += ["--unshare-net", "--unshare-ipc", "--unshare-uts", "--die-with-parent"]
     cmd += ["--tmpfs", "/tmp"]
     for p in hidden:
         p = Path(p).resolve()
@@ -258,6 +354,8 @@ class HardenPolicy:
     landlock: bool = True
     deny_tcp: bool = True
     scope_signals: bool = True
+    #: The namespaces the launch made (``namespaces``); None: all of the launcher's.
+    namespaces: tuple[str, ...] | None = None
 
 
 def set_rlimits(policy: HardenPolicy, report: IsolationReport) -> None:
@@ -356,7 +454,10 @@ def _add_path_rule(libc: ctypes.CDLL, rfd: int, path: Path, rights: int) -> None
 def harden_worker(policy: HardenPolicy, launcher: Launcher = "none") -> IsolationReport:
     """Apply the in-child layers to this process; returns what is active (never raises for a missing layer)."""
     report = IsolationReport(launcher=launcher)
-    report.pid_namespace = report.net_namespace = report.mount_namespace = launcher != "none"
+    ns = NAMESPACES[launcher] if policy.namespaces is None else policy.namespaces
+    report.pid_namespace, report.net_namespace = "pid" in ns, "net" in ns
+    report.mount_namespace, report.ipc_namespace = "mount" in ns, "ipc" in ns
+    report.private_shm = launcher == "bwrap" or _shm_mounted
     set_rlimits(policy, report)
     if policy.landlock:
         try:
@@ -367,11 +468,19 @@ def harden_worker(policy: HardenPolicy, launcher: Launcher = "none") -> Isolatio
         report.fallbacks.append("Landlock disabled by configuration")
     if launcher == "none":
         report.fallbacks.append("no namespaces: the worker shares the host's PID and network namespaces")
+    elif not report.pid_namespace:
+        report.fallbacks.append(
+            "no PID namespace: the worker sees the host's processes (its signals are scoped only by "
+            "Landlock ABI >= 6)"
+        )
+    if not report.private_shm:
+        report.fallbacks.append("no private /dev/shm: the worker shares the host's")
     return report
 
 
 #: ``mount(2)`` flags of a worker's own ``/dev/shm``.
 _MS_NOSUID, _MS_NODEV = 2, 4
+_shm_mounted = False  # set by private_shm in this process (a worker), read by harden_worker
 
 
 def private_shm() -> str | None:
@@ -386,10 +495,12 @@ def private_shm() -> str | None:
     jobs correct on two GPUs at once, 12 of 12 on either GPU alone, and 12 of 12 on both with a private
     ``/dev/shm`` (2x H200, BENCHMARKS.md). The worker, its zygote and its sides share this one.
     """
+    global _shm_mounted
     libc = ctypes.CDLL(None, use_errno=True)
     rc = libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", ctypes.c_ulong(_MS_NOSUID | _MS_NODEV), b"mode=1777")
     if rc != 0:
         return f"a private /dev/shm could not be mounted: {os.strerror(ctypes.get_errno())}"
+    _shm_mounted = True
     return None
 
 
@@ -410,6 +521,9 @@ def policy_from_env(tmp: Path, env: Mapping[str, str] = os.environ) -> HardenPol
         nproc=opt_int("KS_SANDBOX_NPROC"),
         address_space=opt_int("KS_SANDBOX_AS"),
         landlock=env.get("KS_SANDBOX_LANDLOCK", "1") != "0",
+        namespaces=None
+        if env.get(NAMESPACES_ENV) is None
+        else tuple(n for n in env[NAMESPACES_ENV].split(",") if n),
     )
 
 

@@ -196,6 +196,7 @@ class WorkerProcess:
                 "CUDA_VISIBLE_DEVICES": self.device if self.device is not None else "",
                 "PYTHONUNBUFFERED": "1",
                 "KS_SANDBOX_LAUNCHER": self.launcher,
+                sandbox.NAMESPACES_ENV: ",".join(sandbox.namespaces(self.launcher)),
                 "KS_SANDBOX_NOTES": "\n".join(self._notes),
                 "KS_SANDBOX_WRITABLE": os.pathsep.join(str(d) for d in writable),
                 "KS_SANDBOX_READABLE": os.pathsep.join(
