@@ -449,7 +449,7 @@ def _conform(value: Any, model: type[M], what: str) -> M:
 def make_app(service: BenchmarkService, config: ServiceConfig | None = None) -> FastAPI:
     """The HTTP API of ``service``: ``/v1/evaluate``, ``/v1/evaluate-batch`` (many submissions, one
     answer each), ``/v1/score``, ``/v1/datasets/{name}/tasks``, the legacy ``/evaluate-response/`` and
-    ``/final-score/``, and ``/healthz``."""
+    ``/final-score/``, ``/v1/metrics``, ``/v1/info`` and ``/healthz``."""
     cfg = config or ServiceConfig()
 
     @asynccontextmanager
@@ -533,6 +533,12 @@ def make_app(service: BenchmarkService, config: ServiceConfig | None = None) -> 
         """Counters: the app's own (``http``) and the service's (``BenchmarkService.metrics``)."""
         own = await _call("metrics", service.metrics)
         return SafeJSONResponse({"service": service.name, "http": counters.as_dict(), **(own or {})})
+
+    @app.get("/v1/info")
+    async def info(_tenant: str | None = Depends(authenticate)) -> JSONResponse:
+        """What the service runs on and how it isolates submissions (``BenchmarkService.info``)."""
+        own = await _call("info", service.info)
+        return SafeJSONResponse({"service": service.name, **(own or {})})
 
     @app.post("/v1/evaluate")
     async def evaluate(request: Request, tenant: str | None = Depends(authenticate)) -> JSONResponse:

@@ -83,6 +83,11 @@ class BenchmarkService(ABC):
         """Counters for ``GET /v1/metrics`` (work done, queued, cancelled...); the default has none."""
         return {}
 
+    async def info(self) -> dict[str, Any]:
+        """What ``GET /v1/info`` tells an operator about this service (its hardware, how it isolates
+        submissions...); the default tells nothing more than its name."""
+        return {}
+
     async def legacy_evaluate(self, request: LegacyEvaluateRequest) -> LegacyEvaluateResponse:
         """``POST /evaluate-response/`` for text benchmarks. Not implemented -> 501."""
         raise NotImplementedError

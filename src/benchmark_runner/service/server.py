@@ -7,6 +7,7 @@ connections: callers never race the startup.
 
 from __future__ import annotations
 
+import copy
 import socket
 import threading
 import time
@@ -14,6 +15,7 @@ from types import TracebackType
 from typing import Any
 
 import uvicorn
+from uvicorn.config import LOGGING_CONFIG
 
 #: How long ``start_server`` waits for the app's lifespan startup before giving up.
 STARTUP_TIMEOUT_S = 60.0
@@ -142,5 +144,15 @@ def start_server(
 
 
 def serve(app: Any, host: str, port: int, log_level: str = "info") -> None:
-    """Serve ``app`` until interrupted (Ctrl-C / SIGTERM). For CLIs."""
-    uvicorn.run(app, host=host, port=port, log_level=log_level, lifespan="on")
+    """Serve ``app`` until interrupted (Ctrl-C / SIGTERM). For CLIs.
+
+    The loggers of the service's package (``app.state.service``'s) print beside uvicorn's, at the same
+    level: what the service says at startup (how it isolates submissions, say) reaches the operator.
+    """
+    log_config = copy.deepcopy(LOGGING_CONFIG)
+    service = getattr(getattr(app, "state", None), "service", None)
+    if service is not None:
+        package = type(service).__module__.split(".")[0]
+        level = {"trace": "DEBUG"}.get(log_level, log_level.upper())
+        log_config["loggers"][package] = {"handlers": ["default"], "level": level, "propagate": False}
+    uvicorn.run(app, host=host, port=port, log_level=log_level, lifespan="on", log_config=log_config)

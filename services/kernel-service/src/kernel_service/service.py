@@ -46,6 +46,7 @@ from benchmark_runner.service import BenchmarkService
 
 from .backendbench.schemas import BackendBenchEvalRequest, BackendBenchEvalResponse
 from .backendbench_service import run_batch_in_pool, run_in_pool, suite_tasks
+from .judging.sandbox import IsolationReport
 from .judging.schemas import COMPILED_BACKENDS, GPU_BACKENDS, Outcome, TimingStats, excerpt
 from .kernelbench.datasets import ProblemStore
 from .kernelbench.metrics import TaskOutcome, kernelbench_metrics
@@ -324,6 +325,41 @@ class KernelService(BenchmarkService):
                 pool_config("compile", compile_env, {}), [None] * n, cfg.ray_compile_resources
             )
             await self.compile_pool.start()
+        for role, iso in self.isolation().items():
+            if iso is not None:
+                self._log_isolation(role, iso)
+
+    def isolation(self) -> dict[str, dict[str, Any] | None]:
+        """Each pool's isolation, as its first worker reported it (``sandbox.IsolationReport``: the
+        namespaces, Landlock, rlimits, private /dev/shm, and in ``fallbacks`` what is missing and why)."""
+        return {
+            role: (pool.ready_info or {}).get("isolation") if pool is not None else None
+            for role, pool in (("eval", self.eval_pool), ("compile", self.compile_pool))
+        }
+
+    @staticmethod
+    def _log_isolation(role: str, iso: dict[str, Any]) -> None:
+        report = IsolationReport.model_validate(iso)
+        missing = f"; missing: {'; '.join(report.fallbacks)}" if report.fallbacks else ""
+        level = logging.WARNING if report.fallbacks else logging.INFO
+        logger.log(level, "%s workers' isolation: %s%s", role, report.summary(), missing)
+
+    async def info(self) -> dict[str, Any]:
+        """``GET /v1/info``: the hardware and versions the workers judge on, and how they are isolated
+        (``isolation``: each pool's report, with a one-line ``summary``)."""
+        isolation = {
+            role: None if iso is None else {"summary": IsolationReport.model_validate(iso).summary(), **iso}
+            for role, iso in self.isolation().items()
+        }
+        return {
+            "hardware": self.env_info.get("hardware"),
+            "torch_version": self.env_info.get("torch_version"),
+            "cuda_version": self.env_info.get("cuda_version"),
+            "gpus": self.gpus,
+            "mps": self.mps_running,
+            "sandbox": self.config.sandbox,
+            "isolation": isolation,
+        }
 
     async def _start_mps(self, work: Path, devices: list[str]) -> dict[str, dict[str, str]]:
         """One MPS daemon a GPU (``workers.mps`` says why); each eval worker's environment for its own.
