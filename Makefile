@@ -13,6 +13,10 @@ RL_STAMP := $(VENV)/.installed-rl
 
 DOCKER ?= docker
 TAG    ?= latest
+# Extra arguments to every `$(DOCKER) build` here and in each runner (e.g. --pull=never, --network=host,
+# --build-arg TORCH_PIP_ARGS="torch==X.Y.Z --index-url URL"), exported to the runners' sub-makes.
+DOCKER_BUILD_ARGS ?=
+export DOCKER_BUILD_ARGS
 # The GPU service image (services/kernel-service/Dockerfile) and its build context: wheels of our two
 # packages built from this checkout, and their public requirements.
 SERVICE_IMAGE   ?= kernel-service
@@ -68,11 +72,11 @@ docker-context-service: install
 	$(PY) -m benchmark_runner.docker_context --out $(SERVICE_CONTEXT) -- . services/kernel-service
 
 docker-build-service: docker-context-service
-	$(DOCKER) build -t $(SERVICE_IMAGE):$(TAG) services/kernel-service
+	$(DOCKER) build $(DOCKER_BUILD_ARGS) -t $(SERVICE_IMAGE):$(TAG) services/kernel-service
 
 # Each committed runner's image (`make docker-build` in its directory, with this checkout's venv).
 docker-build-runners: install
-	set -e; for r in $(wildcard runners/*-runner); do $(MAKE) -C $$r docker-build VENV=$(abspath $(VENV)) TAG=$(TAG); done
+	set -e; for r in $(wildcard runners/*-runner); do $(MAKE) -C $$r docker-build VENV=$(abspath $(VENV)) TAG=$(TAG) DOCKER="$(DOCKER)"; done
 
 bench: install
 	$(PY) bench/framework_overhead.py
