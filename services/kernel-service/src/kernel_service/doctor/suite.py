@@ -140,29 +140,53 @@ async def independent_timings(
     return dict(zip(devices, found, strict=True))
 
 
+def _leaky(reading: dict[str, Any], calls: int) -> bool:
+    """Whether an independent reading held host time in over a tenth of a side's calls (its GPU spin ran
+    out before the call was enqueued: a busy host while the service started)."""
+    return any(
+        isinstance(r, dict)
+        and max(r.get("ref_host_leaked_calls", 0), r.get("new_host_leaked_calls", 0)) > calls / 10
+        for r in reading.values()
+    )
+
+
 async def run_known(d: Doctor) -> list[DeviceResult]:
     assert d.independent is not None
-    indep = await d.independent
+    indep = dict(await d.independent)
+    again = {
+        dev: dev[3:]
+        for dev, r in indep.items()
+        if dev.startswith("gpu") and _leaky(r, d.plan.independent_calls)
+    }
+    if again:  # timed again now, with the service idle
+        indep.update(await independent_timings(_known(d), d.plan.independent_calls, again))
     tol = d.plan.known_tolerance
     per: dict[str, list[tuple[Pair, Answer, float | None, dict[str, Any]]]] = {
         dev: [] for dev in d.target.devices
     }
+
+    def independent_of(dev: str, key: str) -> dict[str, Any]:
+        reading = indep.get(dev, indep.get("*", {}))
+        return {"error": reading["error"]} if "error" in reading else dict(reading.get(key, {}))
+
+    def ratio_of(a: Answer | None, ind: dict[str, Any]) -> float | None:
+        return a.speedup / ind["speedup"] if a is not None and a.speedup and ind.get("speedup") else None
+
     for pair in _known(d):
         key = f"{pair.reference}:{pair.solution}"
         got, _ = await d.target.on_every_device(job_of(d, pair))
+        missed = [
+            dev
+            for dev in per
+            if (r := ratio_of(got.get(dev), independent_of(dev, key))) is not None and abs(r - 1) > tol
+        ]
+        if missed:  # one more service reading before failing it
+            second, _ = await d.target.on_every_device(job_of(d, pair))
+            got.update({dev: second[dev] for dev in missed if dev in second and second[dev].speedup})
         for dev in per:
-            reading = indep.get(dev, indep.get("*", {}))
-            ind = reading.get(key, {}) if "error" not in reading else {"error": reading["error"]}
-            a = got.get(dev)
-            if a is None:
-                continue
-            ratio = (a.speedup / ind["speedup"]) if a.speedup and ind.get("speedup") else None
-            if ratio is not None and abs(ratio - 1) > tol:  # one more service reading before failing it
-                again, _ = await d.target.on_every_device(job_of(d, pair))
-                b = again.get(dev)
-                if b is not None and b.speedup:
-                    a, ratio = b, b.speedup / ind["speedup"]
-            per[dev].append((pair, a, ratio, ind))
+            if dev in got:
+                ind = independent_of(dev, key)
+                per[dev].append((pair, got[dev], ratio_of(got[dev], ind), ind))
     results = []
     for dev, rows in per.items():
         if not rows:
