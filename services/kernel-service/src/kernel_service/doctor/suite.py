@@ -297,7 +297,8 @@ CHEATS = Check(
     fix=(
         "a defence of the judge is off on this deployment: check that the service runs this package's "
         "judge (kernel-service serve, not an older image), that the answers' isolation shows the workers "
-        "sandboxed, and run bench/adversarial/run_gpu.py here (docs/integrity.md lists each defence)"
+        "sandboxed, and run the repository's bench/adversarial/run_gpu.py here (docs/integrity.md lists "
+        "each defence)"
     ),
     run=run_cheats,
 )
