@@ -46,6 +46,7 @@ GOOD_ISOLATION = {
     "pid_namespace": True,
     "net_namespace": True,
     "mount_namespace": True,
+    "private_shm": True,
     "landlock_abi": 7,
     "landlock_fs": True,
     "landlock_net": True,
@@ -299,11 +300,16 @@ def test_gpu_workers_sharing_the_hosts_dev_shm_fail_the_sandbox_check() -> None:
     inter-process events of two workers then cross)."""
     fake = FakeService(gpus=2)
     fake.isolation = {**GOOD_ISOLATION, "launcher": "none", "pid_namespace": False, "net_namespace": False,
-                      "mount_namespace": False, "fallbacks": ["no namespaces: the worker shares the host's PID and network namespaces"]}  # fmt: skip
+                      "mount_namespace": False, "private_shm": False,
+                      "fallbacks": ["no namespaces: the worker shares the host's PID and network namespaces"]}  # fmt: skip
+    report = doctor(fake)
+    assert_fails(report, "sandbox")
+    assert report.environment.private_dev_shm == "NO: the workers have the host's /dev/shm (launcher none)"
+    assert "private /dev/shm" in report.verdict
+    del fake.isolation["private_shm"]  # a service from before the workers reported it: told by the launcher
     report = doctor(fake)
     assert_fails(report, "sandbox")
     assert report.environment.private_dev_shm.startswith("NO: no mount namespace")
-    assert "private /dev/shm" in report.verdict
 
 
 def test_a_probe_that_reaches_the_host_fails_the_sandbox_check() -> None:

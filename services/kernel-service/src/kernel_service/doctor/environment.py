@@ -53,7 +53,7 @@ def describe_isolation(iso: dict[str, Any] | None) -> tuple[str | None, str | No
     if not iso:
         return None, None
     launcher = iso.get("launcher", "none")
-    ns = [k for k in ("pid", "net", "mount") if iso.get(f"{k}_namespace")]
+    ns = [k for k in ("pid", "net", "mount", "ipc") if iso.get(f"{k}_namespace")]
     namespaces = f"{', '.join(ns)} ({launcher})" if ns else f"none (launcher {launcher})"
     abi = int(iso.get("landlock_abi") or 0)
     if iso.get("landlock_fs"):

@@ -105,6 +105,10 @@ def shm_row(iso: dict[str, Any] | None, found_on_host: bool) -> tuple[str, bool 
     if not iso:
         return "unknown", None
     launcher = iso.get("launcher")
+    if "private_shm" in iso:  # the workers say so themselves (services since issue 55)
+        if iso["private_shm"]:
+            return f"yes (the worker's own tmpfs; launcher {launcher})", True
+        return f"NO: the workers have the host's /dev/shm (launcher {launcher})", False
     if launcher == "bwrap":
         return "yes (bwrap tmpfs)", True
     if launcher == "unshare":
