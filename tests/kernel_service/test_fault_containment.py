@@ -21,7 +21,8 @@ import ks_sources as S
 import pytest
 from kernel_service.judging.schemas import Outcome
 from kernel_service.kernelbench.schemas import KernelEvalRequest
-from kernel_service.service import KernelService, KernelServiceConfig, environment_fault
+from kernel_service.replies import environment_fault, response_from
+from kernel_service.service import KernelService
 from kernel_service.workers.pool import Reply, WorkerConfig, WorkerPool
 
 from benchmark_runner.service.server import RunningServer
@@ -93,12 +94,11 @@ def test_which_failures_are_the_hosts() -> None:
 def test_a_crash_after_the_submission_loaded_is_its_initialization_failure() -> None:
     """Under MPS a submission whose import or ``__init__`` faults the GPU takes the judge with it: that is
     the submission's ``initialization_failure``, not a sandbox error."""
-    service = KernelService(KernelServiceConfig(gpus=[]))
     request = KernelEvalRequest(reference=S.REF_ADD, solution=S.SOL_ADD_OK)
     fault = Reply(None, "gpu_fault", "the GPU context failed under MPS", phase="load", candidate_started=True)
-    assert service._response_from(fault, {}, request).outcome == Outcome.INITIALIZATION_FAILURE
+    assert response_from(fault, {}, request).outcome == Outcome.INITIALIZATION_FAILURE
     before = Reply(None, "gpu_fault", "the GPU context failed under MPS", phase="load")
-    assert service._response_from(before, {}, request).outcome == Outcome.SANDBOX_ERROR
+    assert response_from(before, {}, request).outcome == Outcome.SANDBOX_ERROR
 
 
 def _job(n: int, build_dir: Path) -> dict[str, Any]:

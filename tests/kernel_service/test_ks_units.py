@@ -243,8 +243,8 @@ def test_the_own_baseline_setting_reaches_the_judge_as_the_service_resolved_it(
     decision follows the setting and whether the worker times under MPS."""
     from click.testing import CliRunner
     from kernel_service.cli import main
+    from kernel_service.config import OWN_BASELINE_ENV as SERVICE_ENV
     from kernel_service.judging.readings import OWN_BASELINE_ENV, own_baseline
-    from kernel_service.service import OWN_BASELINE_ENV as SERVICE_ENV
     from kernel_service.service import KernelServiceConfig
 
     assert OWN_BASELINE_ENV == SERVICE_ENV
@@ -269,7 +269,7 @@ def test_under_mps_a_failed_judge_context_is_charged_to_the_phase(monkeypatch: p
     kernel is ``execution_failure``, not ``sandbox_error``); without MPS it stays the harness's error.
     (The GPU test ``test_gpu_kernels_outcomes_and_recovery`` under MPS causes it for real.)"""
     from kernel_service.kernelbench.schemas import KernelEvalRequest
-    from kernel_service.service import KernelService, KernelServiceConfig
+    from kernel_service.replies import response_from
     from kernel_service.workers.pool import Reply
     from kernel_service.workers.worker import _shared_context_fault
 
@@ -280,16 +280,15 @@ def test_under_mps_a_failed_judge_context_is_charged_to_the_phase(monkeypatch: p
     assert _shared_context_fault(fault)
     assert not _shared_context_fault(ValueError("a bad value"))
 
-    service = KernelService(KernelServiceConfig(gpus=[]))
     request = KernelEvalRequest(reference=S.REF_ADD, solution=S.SOL_ADD_OK)
     base: dict[str, object] = {}
     reply = Reply(
         result=None, failure="gpu_fault", message="the GPU context failed under MPS", phase="correctness"
     )
-    got = service._response_from(reply, base, request)
+    got = response_from(reply, base, request)
     assert got.outcome == Outcome.EXECUTION_FAILURE and "during correctness; worker replaced" in got.message
     protocol = Reply(result=None, failure="protocol", message="worker error: boom", phase="correctness")
-    assert service._response_from(protocol, base, request).outcome == Outcome.SANDBOX_ERROR
+    assert response_from(protocol, base, request).outcome == Outcome.SANDBOX_ERROR
 
 
 def test_under_mps_a_failed_judge_context_is_the_backendbench_kernels_execution_failure() -> None:

@@ -11,9 +11,10 @@ from typing import Any, cast
 
 import click
 
+from .config import KernelServiceConfig, Setting
 from .judging.schemas import MAX_TOLERANCE, EvalOptions, Outcome
 from .kernelbench.schemas import KernelEvalRequest, KernelEvalResponse
-from .service import KernelService, KernelServiceConfig, Setting
+from .service import KernelService
 
 
 def parse_gpus(value: str) -> list[int] | None:

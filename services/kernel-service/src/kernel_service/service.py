@@ -15,42 +15,39 @@ Without a ``work_dir`` the service makes its own under the system temp dir, name
 (``kernel-service-<pid namespace>.<pid>.<start time>-*``); each start removes those whose process is
 dead (a service killed with ``kill -9`` cannot remove its own).
 
-Over 600 lines for one class: ``KernelService`` is the one place where a request meets the pools, the
-caches and the datasets (its config and the reference-timing cache are the rest); the benchmarks' own
-code lives in their rooms (``kernelbench/``, ``backendbench/``, ``backendbench_service.py``).
+``KernelService`` is where a request meets the pools, the caches and the datasets; beside it: its settings
+(``config.py``), the reference-timing cache (``ref_timing_cache.py``), how a worker's reply becomes an
+answer and which failures are run again (``replies.py``), and the benchmarks' own code in their rooms
+(``kernelbench/``, ``backendbench/``, ``backendbench_service.py``).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-import math
 import os
 import shutil
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
-from typing import Any, ClassVar, Literal, overload
+from typing import Any, ClassVar, overload
 
 import anyio
-from pydantic import ValidationError
 
-from benchmark_runner.schemas import EvalResultData, EvalStatus, ScoreRequest, ScoreResult, TaskScore
+from benchmark_runner.schemas import EvalResultData, ScoreRequest, ScoreResult
 from benchmark_runner.service import BenchmarkService
 
 from .backendbench.schemas import BackendBenchEvalRequest, BackendBenchEvalResponse
 from .backendbench_service import run_batch_in_pool, run_in_pool, suite_tasks
+from .config import OWN_BASELINE_ENV, KernelServiceConfig
 from .judging.sandbox import IsolationReport
-from .judging.schemas import COMPILED_BACKENDS, GPU_BACKENDS, Outcome, TimingStats, excerpt
+from .judging.schemas import COMPILED_BACKENDS, GPU_BACKENDS, Outcome, excerpt
 from .kernelbench.datasets import ProblemStore
-from .kernelbench.metrics import TaskOutcome, kernelbench_metrics
 from .kernelbench.schemas import Elapsed, KernelEvalRequest, KernelEvalResponse
+from .kernelbench.scoring import kernelbench_score
+from .ref_timing_cache import RefTimingCache
+from .replies import ENVIRONMENT_RETRIES, environment_fault, response_from
 from .result_cache import ResultCache, result_key
 from .schemas import EvaluateAnyRequest, EvaluateAnyResponse
 from .shared_run import SharedRun
@@ -64,123 +61,11 @@ from .workers.worker import HOLD_CPUS_ENV
 
 logger = logging.getLogger(__name__)
 
-#: A crash during a phase is charged to the submission as this outcome (else: sandbox_error).
-PHASE_OUTCOME: dict[str, Outcome] = {
-    "compile": Outcome.COMPILATION_FAILURE,
-    "load_solution": Outcome.COMPILATION_FAILURE,
-    "init_solution": Outcome.INITIALIZATION_FAILURE,
-    "correctness": Outcome.EXECUTION_FAILURE,
-    "timing": Outcome.EXECUTION_FAILURE,
-}
 __all__ = ["BUILT_MARKER", "BuildCache", "KernelService", "KernelServiceConfig", "RefTimingCache"]
-#: The service's MPS setting where a config names none: the embedded services of the runners read it.
-MPS_ENV = "KS_MPS"
-#: The own-baseline setting where a config names none; the eval workers get the service's resolved
-#: setting under the same name (``judging.own_baseline`` reads it there).
-OWN_BASELINE_ENV = "KS_OWN_BASELINE"
-#: How many times a job is run again after failing before the submission's code ran (``environment_fault``).
-ENVIRONMENT_RETRIES = 2
-Setting = Literal["auto", "on", "off"]
-
-
-def setting_from_env(name: str) -> Setting:
-    """An auto/on/off setting from the environment variable ``name`` (auto when unset)."""
-    value = os.environ.get(name, "auto").strip().lower()
-    for setting in ("auto", "on", "off"):
-        if value == setting:
-            return setting
-    raise ValueError(f"{name}: expected auto, on or off; got {value!r}")
 
 
 #: Bump when the timing method changes: cached reference timings of another method are not comparable.
 TIMING_VERSION = "1"
-
-
-@dataclass
-class KernelServiceConfig:
-    """Deployment settings. ``gpus=None``: every visible GPU; ``[]``: CPU only."""
-
-    gpus: list[int] | None = None
-    cpu_workers: int = 1
-    compile_workers: int | None = None  # None: 1 on CPU hosts, cores // 4 on GPU hosts
-    cpu_threads: int = 1  # torch threads per CPU worker (timings on a shared CPU are noisy otherwise)
-    dataset_sources: list[Path] = field(default_factory=list)
-    work_dir: Path | None = None
-    build_cache_dir: Path | None = None
-    #: Evict least-recently-used builds past this many bytes (None: unbounded).
-    build_cache_max_bytes: int | None = None
-    #: Answer identical resubmissions from a result cache (off by default for the library: an embedding
-    #: test that resubmits on purpose wants a fresh run; ``kernel-service serve`` turns it on).
-    result_cache: bool = False
-    result_cache_dir: Path | None = None
-    result_cache_max_entries: int = 10_000
-    #: "local": worker subprocesses on this host; "ray": compile and eval actors on a Ray cluster.
-    executor: Literal["local", "ray"] = "local"
-    ray_address: str | None = None  # "local" / None: start a local Ray; else an address ("auto", "ray://...")
-    #: Custom Ray resources each compile / evaluation actor asks for, so builds run only on the build
-    #: nodes and timing only on the GPU nodes (``ray start --resources '{"ks_build": 4}'``).
-    ray_compile_resources: dict[str, float] = field(default_factory=dict)
-    ray_eval_resources: dict[str, float] = field(default_factory=dict)
-    #: Precompile torch/extension.h once per flag set for the compile workers (``fast_builds``).
-    build_pch: bool = False
-    #: Also build each solution with ``torch/extension.h`` includes made ``torch/types.h``, at the same
-    #: time as the source as written, and judge the light one when it builds (``fast_builds``).
-    light_include: bool = False
-    compile_step: bool = True
-    ref_timing_cache: bool = True
-    ref_timing_cache_file: Path | None = None
-    sandbox: str = "auto"
-    max_jobs_per_worker: int = 50
-    fsize_bytes: int = 1 << 30
-    nproc: int | None = None
-    #: NVIDIA MPS for the eval workers' GPUs ("auto", the default: when there are GPUs and the control tool
-    #: exists; unset: ``KS_MPS``). Under MPS a reading is one call: a reading's calls cannot be overlapped,
-    #: batched or shared, and each starts from a flushed L2 (``mps.py`` says what it costs: one client's
-    #: fatal fault ends the judge's context too). Off, a short call is timed several to a reading and a
-    #: reading's calls are only bounded from below by lone calls (docs/integrity.md).
-    mps: Setting = field(default_factory=partial(setting_from_env, MPS_ENV))
-    #: Read a kernel against the reference timed in the kernel's own process before the kernel loads there
-    #: (``judging.own_baseline``; unset: ``KS_OWN_BASELINE``). "auto": under MPS, where a side process's
-    #: mode for real calls would otherwise split the sides; "on": BackendBench on any GPU path too.
-    own_baseline: Setting = field(default_factory=partial(setting_from_env, OWN_BASELINE_ENV))
-
-
-class RefTimingCache:
-    """Reference timings by (problem source hash, hardware, torch version, timing config).
-
-    Trade-off: a cached reference time skips half of the timing work but is not interleaved with the
-    candidate's trials, so slow drift (clocks, thermals, other tenants) between the two runs is not
-    cancelled. Only valid on identical hardware and software, which the key enforces; disable per
-    request (``reuse_reference_timing: false``) or per service when exact pairing matters.
-    """
-
-    def __init__(self, path: Path | None) -> None:
-        self.path = path
-        self._lock = threading.Lock()
-        self._data: dict[str, dict[str, Any]] = {}
-        if path is not None and path.exists():
-            try:
-                self._data = json.loads(path.read_text())
-            except (OSError, json.JSONDecodeError):
-                logger.warning("ignoring unreadable reference timing cache %s", path)
-
-    @staticmethod
-    def key(reference: str, hardware: str, torch_version: str, config: dict[str, Any]) -> str:
-        blob = json.dumps([hashlib.sha256(reference.encode()).hexdigest(), hardware, torch_version, config])
-        return hashlib.sha256(blob.encode()).hexdigest()
-
-    def get(self, key: str) -> TimingStats | None:
-        with self._lock:
-            raw = self._data.get(key)
-        return TimingStats.model_validate(raw) if raw else None
-
-    def put(self, key: str, stats: TimingStats) -> None:
-        with self._lock:
-            self._data[key] = stats.model_dump()
-            if self.path is not None:
-                tmp = self.path.with_suffix(".tmp")
-                tmp.write_text(json.dumps(self._data))
-                os.replace(tmp, self.path)
 
 
 def split_cpus(cpus: list[int], gpus: int) -> tuple[list[int], list[int]]:
@@ -680,7 +565,7 @@ class KernelService(BenchmarkService):
         }
         reply, waited, retries = await self._run_retrying(job, opts.timeout_s + KILL_GRACE_S)
         queue_s += waited
-        response = self._response_from(reply, base, request)
+        response = response_from(reply, base, request)
         response.retries = retries
         response.extension_cache_hit = cache_hit
         response.elapsed.queue_s = queue_s
@@ -789,41 +674,6 @@ class KernelService(BenchmarkService):
             )
         return None, compile_s, waited
 
-    def _response_from(
-        self, reply: Reply, base: dict[str, Any], request: KernelEvalRequest
-    ) -> KernelEvalResponse:
-        if reply.result is None:
-            if reply.failure == "timeout":
-                outcome = Outcome.TIMEOUT
-                msg = f"evaluation exceeded timeout_s={request.options.timeout_s:g} (during {reply.phase or 'startup'}); worker killed"
-            elif reply.failure in ("crash", "gpu_fault"):
-                outcome = PHASE_OUTCOME.get(reply.phase or "", Outcome.SANDBOX_ERROR)
-                if (
-                    reply.phase == "load" and reply.candidate_started
-                ):  # its import or ``__init__`` took it down
-                    outcome = Outcome.INITIALIZATION_FAILURE
-                msg = f"{reply.message} during {reply.phase or 'startup'}; worker replaced"
-            elif reply.failure == "startup":
-                outcome = Outcome.SANDBOX_ERROR
-                msg = reply.message
-            else:
-                outcome = Outcome.SANDBOX_ERROR
-                msg = f"worker protocol error: {reply.message}"
-            return KernelEvalResponse.failure(
-                outcome, msg, output=excerpt(reply.output), worker_id=reply.worker_id, **base
-            )
-        fields = {k: v for k, v in reply.result.items() if k != "environment_fault"}
-        try:
-            response = KernelEvalResponse.model_validate({**fields, "worker_id": reply.worker_id})
-        except ValidationError as exc:
-            return KernelEvalResponse.failure(
-                Outcome.SANDBOX_ERROR,
-                f"worker answered an invalid result: {exc.errors()[:3]}",
-                worker_id=reply.worker_id,
-                **base,
-            )
-        return response
-
     # ---- scoring ------------------------------------------------------------------------------
 
     async def score(self, request: ScoreRequest) -> ScoreResult:
@@ -831,29 +681,7 @@ class KernelService(BenchmarkService):
         ``backendbench-*`` dataset, the mean score (= mean overall) and the share correct."""
         if request.dataset.startswith("backendbench-"):
             return await super().score(request)
-        outcomes: list[tuple[str, TaskOutcome]] = []
-        per_task = []
-        for e in request.evaluations:
-            speedup = _positive(e.data.details.get("speedup") if isinstance(e.data.details, dict) else None)
-            correct = e.data.status == EvalStatus.CORRECT
-            degraded = isinstance(e.data.details, dict) and bool(e.data.details.get("timing_degraded"))
-            outcomes.append(
-                (e.task_id, TaskOutcome(correct, speedup, e.data.score, timing_degraded=degraded))
-            )
-            per_task.append(
-                TaskScore(task_id=e.task_id, status=e.data.status, score=e.data.score, outcome=e.data.outcome)
-            )
-        groups: dict[str, list[TaskOutcome]] = {}
-        for task_id, o in outcomes:
-            if task_id.startswith("level") and "/" in task_id:
-                groups.setdefault(task_id.split("/", 1)[0], []).append(o)
-        return ScoreResult(
-            model=request.model,
-            n_tasks=len(outcomes),
-            metrics=kernelbench_metrics([o for _, o in outcomes]),
-            groups={g: kernelbench_metrics(v) for g, v in sorted(groups.items())},
-            per_task=per_task,
-        )
+        return kernelbench_score(request)
 
     # ---- BackendBench (H6) ----------------------------------------------------------------------
 
@@ -871,30 +699,3 @@ class KernelService(BenchmarkService):
                 request, "requires_gpu", "device 'cuda' requires a CUDA GPU and this service has none"
             )
         return await run_in_pool(self.eval_pool, request)
-
-
-def environment_fault(reply: Reply) -> str | None:
-    """Why a KernelBench job failed before the submission's code ran, if it did: a worker that could not
-    start or died before then, or the judge's own report (``environment_fault``: a side's CUDA context
-    refused while the sides were set up). None when the submission ran (its failure is its own), or the
-    job failed where it is the problem's own code (the reference's module in the judge)."""
-    if reply.result is not None:
-        why = reply.result.get("environment_fault")
-        return str(why) if why else None
-    if reply.failure == "startup":
-        return reply.message or "the worker did not start"
-    if reply.failure in ("crash", "gpu_fault") and not reply.candidate_started:
-        if reply.phase in (None, "startup", "load_reference", "load"):
-            return f"the worker {reply.message or 'died'} during {reply.phase or 'startup'}"
-    return None
-
-
-def _positive(value: Any) -> float | None:
-    """A speedup a client reported, if it is one (a finite positive number); else None (not measured)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        x = float(value)
-    except OverflowError:
-        return None
-    return x if math.isfinite(x) and x > 0 else None
