@@ -86,6 +86,7 @@ def test_auto_takes_bwrap_without_a_pid_namespace_and_says_why(masked_proc: Path
     assert sandbox.namespaces("bwrap") == ("net", "mount", "ipc", "uts")
     prefix = sandbox.launch_prefix("bwrap", writable=[tmp_path / "w"], hidden=[tmp_path / "h"])
     assert "--proc" not in prefix and "--unshare-pid" not in prefix
+    assert prefix[prefix.index("--bind") : prefix.index("--bind") + 3] == ["--bind", "/proc", "/proc"]
     assert "--unshare-net" in prefix and prefix[prefix.index("/dev/shm") - 1] == "--tmpfs"
 
 

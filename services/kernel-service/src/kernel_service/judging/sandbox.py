@@ -115,9 +115,11 @@ NAMESPACES: dict[Launcher, tuple[str, ...]] = {
 #: container that masks paths of its /proc (Docker's and podman's defaults) refuses a fresh proc mount.
 _without_pid: dict[Launcher, bool] = {}
 
-#: The probe's code, run under the launch: the worker's own /proc must be there (CUDA reads it) and its
-#: dirs writable, as in a real worker.
-_PROBE = "import os, sys; os.stat(f'/proc/{os.getpid()}/status'); open(sys.argv[1], 'w').close()"
+#: The probe's code, run under the launch: the worker's own /proc must be there and writable (the CUDA
+#: driver reads and writes it) and its dirs writable, as in a real worker.
+_PROBE = (
+    "import os, sys; open(f'/proc/{os.getpid()}/comm', 'w').write('ks-probe'); open(sys.argv[1], 'w').close()"
+)
 
 
 def namespaces(launcher: Launcher, pid_namespace: bool | None = None) -> tuple[str, ...]:
@@ -215,6 +217,10 @@ def launch_prefix(
     cmd = [exe, "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--tmpfs", "/dev/shm"]
     if pid_namespace:
         cmd += ["--proc", "/proc", "--unshare-pid"]
+    else:
+        # The host's /proc, writable as outside: under ``--ro-bind / /`` it would be read-only, and the
+        # CUDA driver writes files of its own process there (see apply_landlock).
+        cmd += ["--bind", "/proc", "/proc"]
     cmd += ["--unshare-net", "--unshare-ipc", "--unshare-uts", "--die-with-parent"]
     cmd += ["--tmpfs", "/tmp"]
     for p in hidden:
@@ -470,8 +476,8 @@ def harden_worker(policy: HardenPolicy, launcher: Launcher = "none") -> Isolatio
         report.fallbacks.append("no namespaces: the worker shares the host's PID and network namespaces")
     elif not report.pid_namespace:
         report.fallbacks.append(
-            "no PID namespace: the worker sees the host's processes (its signals are scoped only by "
-            "Landlock ABI >= 6)"
+            "no PID namespace: the worker sees the processes beside the service (its signals are scoped "
+            "only by Landlock ABI >= 6)"
         )
     if not report.private_shm:
         report.fallbacks.append("no private /dev/shm: the worker shares the host's")
