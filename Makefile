@@ -23,7 +23,7 @@ SERVICE_IMAGE   ?= kernel-service
 SERVICE_CONTEXT := services/kernel-service/build/docker
 
 .PHONY: install install-rl test test-rl test-gpu lint typecheck demo bench clean \
-	docker-context-service docker-build-service docker-build-runners
+	docker-context-service docker-build-service docker-build-runners test-images
 
 install: $(STAMP)
 
@@ -77,6 +77,11 @@ docker-build-service: docker-context-service
 # Each committed runner's image (`make docker-build` in its directory, with this checkout's venv).
 docker-build-runners: install
 	set -e; for r in $(wildcard runners/*-runner); do $(MAKE) -C $$r docker-build VENV=$(abspath $(VENV)) TAG=$(TAG) DOCKER="$(DOCKER)"; done
+
+# The images really built and run with podman (no daemon): bases pulled or made with debootstrap, a CPU job
+# in each runner image, `serve` in the service image with its isolation checked (scripts/test-images.sh).
+test-images: install
+	scripts/test-images.sh
 
 bench: install
 	$(PY) bench/framework_overhead.py
