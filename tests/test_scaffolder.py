@@ -331,7 +331,9 @@ def make_n(repo: Path, *args: str) -> str:
 
 def test_make_docker_build_builds_the_context_then_the_image(generated: Path) -> None:
     lines = make_n(generated, "docker-build").strip().splitlines()
-    assert lines[-1] == "docker build -t my-bench-runner:latest ."
+    assert lines[-1].split() == "docker build -t my-bench-runner:latest .".split()
+    extra = make_n(generated, "docker-build", "DOCKER_BUILD_ARGS=--pull=never --network=host").strip()
+    assert extra.splitlines()[-1] == "docker build --pull=never --network=host -t my-bench-runner:latest ."
     context = next(ln for ln in lines if "benchmark_runner.docker_context" in ln)
     # the context gets our package from the recorded source (the checkout), never by name
     assert (
