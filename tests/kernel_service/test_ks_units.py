@@ -319,3 +319,13 @@ def test_under_mps_a_failed_judge_context_is_the_backendbench_kernels_execution_
     assert "gpu_fault in the job" in verdicts["gpu_fault"].feedback
     assert verdicts["protocol"].outcome == verdicts["crash"].outcome == "sandbox_error"
     assert verdicts["timeout"].outcome == "timeout"
+
+
+def test_mps_on_with_the_ray_executor_is_refused_not_ignored() -> None:
+    """Ray's GPU actors run no MPS daemon of the service's: asking for MPS there is a configuration error."""
+    import anyio
+    from kernel_service.service import KernelService, KernelServiceConfig
+
+    service = KernelService(KernelServiceConfig(executor="ray", mps="on"))
+    with pytest.raises(ValueError, match="mps: 'on' is not supported with executor 'ray'"):
+        anyio.run(service.startup)

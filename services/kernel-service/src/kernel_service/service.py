@@ -121,6 +121,8 @@ class KernelService(BenchmarkService):
         cfg = self.config
         if cfg.executor not in ("local", "ray"):
             raise ValueError(f"executor: expected 'local' or 'ray', got {cfg.executor!r}")
+        if cfg.executor == "ray" and cfg.mps == "on":  # Ray's GPU actors run no daemon of the service's
+            raise ValueError("mps: 'on' is not supported with executor 'ray' (use 'auto' or 'off')")
         if cfg.executor == "ray":
             from .workers.ray_executor import RayCluster
 
