@@ -11,6 +11,8 @@
 #                                            batch (issue 34: the fast-build batch; AB_SRC for a second tree), batch_plain
 #                                            mps_spread (issue 30: one kernel's time job after job, MPS on/off, sandboxed or not)
 #                                            selfcheck (issue 30: smoke ops against themselves on SERVICES fresh services in turn)
+#                                            faults storm (issue 50: the GPU fault tests; the fault storm, STORM_S of storm)
+#                                            doctor doctor_quick doctor_tests (issue 54: `kernel-service doctor`, its GPU tests)
 #                                            bb_tests (BackendBench's GPU tests and its reading cheats: what OWN_BASELINE=1 owes)
 # Knobs: BATCH_N, AB_SRC, BUILD_OPTIONS, BUILD_PARALLEL (builds of one option at once), COMPILE_ARGS (e.g. --task-ids-from F),
 # MPS=auto|on|off (every step: the bench scripts' --mps, KS_MPS for the tests and the runners' embedded services;
@@ -66,6 +68,12 @@ for s in "${steps[@]}"; do
     tests) step tests 400 python3 -m pytest -m gpu tests/kernel_service/test_gpu.py tests/backendbench/test_gpu_backendbench.py tests/adversarial/test_adv_reading_calls_gpu.py -q -p no:cacheprovider -rA ;;
     bb_tests) step bb_tests 300 python3 -m pytest -m gpu tests/backendbench/test_gpu_backendbench.py \
       tests/adversarial/test_adv_reading_calls_gpu.py -k "backendbench" -q -p no:cacheprovider -rA ;;
+    faults) step faults 150 python3 -m pytest -m gpu tests/kernel_service/test_gpu_faults.py -q -p no:cacheprovider -rA ;;
+    storm) step storm 400 python3 bench/fault_storm.py --problems .gpudata/problems.jsonl --mps $MPS --budget-s ${STORM_S:-200} \
+      --out "$OUT/storm.json" ;;
+    doctor_quick) step doctor_quick 150 python3 -m kernel_service.cli doctor --quick --mps $MPS --out "$OUT/doctor_quick.json" ;;
+    doctor) step doctor 330 python3 -m kernel_service.cli doctor --mps $MPS --out "$OUT/doctor.json" ;;
+    doctor_tests) step doctor_tests 300 python3 -m pytest -m gpu tests/kernel_service/test_doctor.py -q -p no:cacheprovider -rA ;;
     multigpu) step multigpu 240 python3 -m pytest -m gpu tests/kernel_service/test_gpu_multi.py -q -p no:cacheprovider ;;
     adversarial_gpu1) step adversarial_gpu1 200 python3 bench/adversarial/run_gpu.py --gpus 1 --mps $MPS --out "$OUT/adversarial_gpu1.json" ;;
     adversarial) step adversarial 200 python3 bench/adversarial/run_gpu.py --mps $MPS --out "$OUT/adversarial.json" ;;
