@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -309,6 +312,53 @@ def test_lifespan_runs_startup_and_shutdown() -> None:
     assert not server.running
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{server.url}/healthz", timeout=2)
+
+
+def test_stop_runs_the_apps_shutdown_even_when_a_request_outlives_the_grace() -> None:
+    """A request still running when the server stops is cancelled after the graceful timeout; the app's
+    shutdown must run all the same, to its end, even when it is slow (a service closing its workers):
+    forcing the exit at that point skipped it, and the workers outlived the service."""
+    import threading
+    import time
+
+    started = threading.Event()
+
+    class Slow(DemoService):
+        async def evaluate(self, request: Any) -> BaseModel:
+            started.set()
+            await asyncio.sleep(60)
+            return await super().evaluate(request)
+
+        async def shutdown(self) -> None:
+            await asyncio.sleep(2.0)
+            self.events.append("shutdown")
+
+    errors: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            errors.append(logging.Formatter().format(record))
+
+    service = Slow()
+    server = start_server(make_app(service), graceful_timeout=1, log_level="error")
+    logging.getLogger("uvicorn.error").addHandler(keep := Keep(logging.ERROR))
+    body = evaluate_body()
+
+    def post() -> None:
+        with contextlib.suppress(httpx.HTTPError):
+            httpx.post(f"{server.url}/v1/evaluate", json=body, timeout=30)
+
+    client = threading.Thread(target=post, daemon=True)
+    client.start()
+    assert started.wait(10)
+    t0 = time.monotonic()
+    server.stop()
+    logging.getLogger("uvicorn.error").removeHandler(keep)
+    assert service.events == ["startup", "shutdown"]
+    assert not server.running
+    assert time.monotonic() - t0 < 30
+    # the lifespan was shut down, not cancelled with the event loop (the request's cancellation is logged)
+    assert not [e for e in errors if "in lifespan" in e], errors
 
 
 def test_failed_startup_raises() -> None:

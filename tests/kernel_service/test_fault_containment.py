@@ -8,6 +8,7 @@ the answer says so and ``/v1/metrics`` counts it; a standby worker takes a dead 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import threading
@@ -192,3 +193,32 @@ def test_a_standby_imports_off_the_judges_cores_and_moves_to_them_on_go(tmp_path
         assert {frozenset(os.sched_getaffinity(int(c))) for c in children} == {frozenset({judge})}
     finally:
         w.close()
+
+
+def test_workers_killed_by_close_get_no_successor(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Closing the pool kills a worker in the middle of a job: the job is answered at once (its wait on
+    the worker's pipe used to last to its deadline), and that death being the close's, no replacement
+    (nor new standby) starts: it would outlive the pool (and log "did not start")."""
+    slow = "import time\ntime.sleep(30)\n" + S.REF_ADD
+
+    async def scenario() -> dict[str, Any]:
+        pool = WorkerPool(WorkerConfig(root=tmp_path, standby=True), [None])
+        await pool.start()
+        running = asyncio.ensure_future(pool.run({**_job(1, tmp_path / "build"), "reference": slow}, 60))
+        await asyncio.sleep(1.5)  # the worker is loading the reference
+        started = list(pool._all)
+        t0 = time.monotonic()
+        await pool.close()
+        reply, _ = await running
+        answered_s = time.monotonic() - t0
+        await asyncio.sleep(0.5)
+        return {"reply": reply, "answered_s": answered_s, "left": list(pool._all), "started": started,
+                "meter": pool.meter.snapshot()}  # fmt: skip
+
+    got = anyio.run(scenario)
+    assert got["reply"].result is None and got["reply"].failure == "crash", got["reply"]
+    assert got["answered_s"] < 10, got["answered_s"]
+    assert got["left"] == [], [w.worker_id for w in got["left"]]
+    assert got["meter"]["replacements"] == 0
+    assert all(w.proc is None or w.proc.poll() is not None for w in got["started"])
+    assert "did not start" not in caplog.text

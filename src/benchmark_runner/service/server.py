@@ -19,8 +19,11 @@ from uvicorn.config import LOGGING_CONFIG
 
 #: How long ``start_server`` waits for the app's lifespan startup before giving up.
 STARTUP_TIMEOUT_S = 60.0
-#: How long ``stop`` waits for in-flight requests before cutting them off.
+#: How long ``stop`` waits for in-flight requests before uvicorn cancels them.
 SHUTDOWN_TIMEOUT_S = 5.0
+#: How long ``stop`` then waits for the app's own shutdown (a service closing its workers) before it
+#: forces the exit.
+APP_SHUTDOWN_TIMEOUT_S = 120.0
 
 
 def _client_host(host: str) -> str:
@@ -51,16 +54,22 @@ class RunningServer:
     def running(self) -> bool:
         return self._thread.is_alive()
 
-    def stop(self, timeout: float = SHUTDOWN_TIMEOUT_S) -> None:
-        """Ask uvicorn to exit; force it after ``timeout`` seconds if requests are still in flight."""
+    def stop(self, timeout: float | None = None) -> None:
+        """Ask uvicorn to exit and wait for it: in-flight requests get the graceful timeout, then the app's
+        lifespan shutdown runs to its end. Only after ``timeout`` seconds in all (default: both
+        allowances) is the exit forced. Forcing it sooner would skip the lifespan shutdown altogether
+        (uvicorn does not run it once ``force_exit`` is set): a service's worker processes, and its MPS
+        daemons, would outlive it."""
         if not self._thread.is_alive():
             self._close_socket()
             return
+        if timeout is None:
+            timeout = (self._server.config.timeout_graceful_shutdown or 0) + 1.0 + APP_SHUTDOWN_TIMEOUT_S
         self._server.should_exit = True
         self._thread.join(timeout)
         if self._thread.is_alive():
             self._server.force_exit = True
-            self._thread.join(timeout)
+            self._thread.join(SHUTDOWN_TIMEOUT_S)
         self._close_socket()
 
     def _close_socket(self) -> None:
@@ -103,10 +112,12 @@ def start_server(
     port: int = 0,
     log_level: str = "warning",
     startup_timeout: float = STARTUP_TIMEOUT_S,
+    graceful_timeout: float = SHUTDOWN_TIMEOUT_S,
 ) -> RunningServer:
     """Start ``app`` under uvicorn in a daemon thread; return once it accepts connections.
 
     Raises ``RuntimeError`` if the app's startup (lifespan) fails or does not finish in time.
+    ``graceful_timeout``: how long, once asked to stop, in-flight requests may run on (whole seconds).
     """
     sock = _bind(host, port)
     bound_port = sock.getsockname()[1]
@@ -114,7 +125,7 @@ def start_server(
         app,
         log_level=log_level,
         lifespan="on",
-        timeout_graceful_shutdown=int(SHUTDOWN_TIMEOUT_S),
+        timeout_graceful_shutdown=max(1, round(graceful_timeout)),
         access_log=log_level in ("debug", "trace"),
     )
     server = uvicorn.Server(config)

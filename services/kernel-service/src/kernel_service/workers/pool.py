@@ -14,6 +14,7 @@ Nothing a worker sends is unpickled: it is JSON, and the caller validates it wit
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import itertools
 import json
@@ -444,9 +445,14 @@ class WorkerProcess:
                     self.proc.stdin.close()
                 except OSError:
                     pass
-        if self._rfd is not None:
-            os.close(self._rfd)
-            self._rfd = None
+        # A thread reading from the worker (a job, a start) keeps the pipe: the worker being dead, it reads
+        # EOF and closes it itself. Closed under its wait, the pipe would never wake it before its deadline.
+        if self._rfd is not None and self._lock.acquire(blocking=False):
+            try:
+                os.close(self._rfd)
+                self._rfd = None
+            finally:
+                self._lock.release()
 
     def close(self) -> None:
         self.kill()
@@ -487,6 +493,8 @@ class WorkerPool:
         #: Per slot device, its standby (``WorkerConfig.standby``), started beside the slot's worker.
         self._standby: dict[str | None, WorkerProcess] = {}
         self.ready_info: dict[str, Any] | None = None
+        #: Set by ``close``: a worker that dies from then on (killed by the close) is not replaced.
+        self._closing = False
         self.meter = WorkMeter()  # jobs, worker-seconds, cancellations (the service's metrics)
 
     @property
@@ -608,10 +616,12 @@ class WorkerPool:
         finally:
             with anyio.CancelScope(shield=True):  # a cancelled job gives its slot back all the same
                 if worker.dead:
-                    self._all.remove(worker)
+                    with contextlib.suppress(ValueError):  # ``close`` may have let it go already
+                        self._all.remove(worker)
                     await anyio.to_thread.run_sync(worker.close)
-                    worker = self._replace(worker)
-                self._idle.put_nowait(worker)
+                # A worker killed by ``close`` gets no successor: one started now would outlive the pool.
+                if not (worker.dead and self._closing):
+                    self._idle.put_nowait(self._replace(worker) if worker.dead else worker)
         if cancelled is not None:
             raise cancelled
         return reply, waited
@@ -664,6 +674,7 @@ class WorkerPool:
         return build_dir
 
     async def close(self) -> None:
+        self._closing = True
         for w in list(self._all):
             await anyio.to_thread.run_sync(w.close)
         self._all.clear()
