@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import os
 import re
 import subprocess
 import sys
@@ -355,9 +356,50 @@ def test_a_short_kernel_read_slow_beside_builds_fails_the_busy_check(monkeypatch
     report = doctor(fake, quick=False)
     assert_fails(report, "busy_host")
     assert re.search(
-        r"triton_add_1x128: idle x0\.570, with 8 cuda builds x0\.046 \(-91\.9%\)", report.verdict
+        r"triton_add_1x128: idle x0\.570 and x0\.570, with 8 cuda builds x0\.046 \(-91\.9%\)", report.verdict
     )
+    assert "this path's clock" not in report.verdict
     assert fake.seen.count("build") >= 8
+
+
+def test_a_short_kernel_whose_idle_readings_spread_fails_the_busy_check_naming_the_clock(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Measured with --mps off on one H200: the 1x128 add read idle x1.111 in one run and x0.949 in the
+    next. Two idle readings that far apart fail the check before any build could be blamed."""
+
+    async def independent(d: Any, hardware: str) -> dict[str, dict[str, Any]]:
+        return {"*": {f"{p.reference}:{p.solution}": {"speedup": 1.0} for p in d.plan.known}}
+
+    monkeypatch.setattr(run, "_local_independent", independent)
+    fake = FakeService(gpus=1)
+    idle = itertools.cycle([1.111, 0.949])
+    fake.overrides.append(
+        lambda body, k: (
+            {"outcome": "correct", "speedup": 1.03 if fake.builds_in_flight else next(idle)}
+            if body["reference"] == kernels.source("gpu_ref_add_small")
+            else None
+        )
+    )
+    report = doctor(fake, quick=False)
+    assert_fails(report, "busy_host")
+    assert "idle x1.111 and x0.949" in report.verdict
+    assert "differ by -14.6% with no build running: this path's clock" in report.verdict
+
+
+def test_faults_that_never_land_on_a_device_are_sent_again_then_warned() -> None:
+    """The service picks each job's device: a device that got no fault is sent the batch again, and is
+    warned about (not passed) if it never gets one."""
+    fake = FakeService(gpus=2)
+    fake.overrides.append(
+        lambda body, k: {**fake.sound(body, k), "worker_id": "eval-1-9"} if "fault" in k else None
+    )
+    report = doctor(fake)
+    check = next(c for c in report.checks if c.name == "fault_beside_honest")
+    by_dev = {r.device: r for r in check.results}
+    assert by_dev["gpu1"].status == "pass" and by_dev["gpu0"].status == "warn", render(report)
+    assert "no fault landed on this device in 3 rounds" in by_dev["gpu0"].summary
+    assert report.trusted  # a warning, not a failure
 
 
 def test_a_service_that_judges_nothing_is_named() -> None:
@@ -486,3 +528,21 @@ def test_gpu_workers_without_namespaces_fail_the_doctor(tmp_path: Path) -> None:
     proc, report, _ = _doctor_cli(tmp_path, "--quick", "--sandbox", "none")
     assert proc.returncode == 1 and not report.trusted
     assert next(c for c in report.checks if c.name == "sandbox").status == "fail", report.verdict
+
+
+def test_the_gpus_row_lists_the_gpus_the_workers_see(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Measured on 2x H200: with CUDA_VISIBLE_DEVICES=0 the row listed both GPUs (nvidia-smi sees all)."""
+    from kernel_service.doctor.environment import nvidia_smi
+
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(
+        "#!/bin/sh\necho '0, GPU-aaaa1111, NVIDIA H200, 580.159.04'\necho '1, GPU-bbbb2222, NVIDIA H200, 580.159.04'\n"
+    )
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert nvidia_smi() == ("580.159.04", ["0: NVIDIA H200", "1: NVIDIA H200"])
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert nvidia_smi() == ("580.159.04", ["1: NVIDIA H200"])
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-aaaa")
+    assert nvidia_smi() == ("580.159.04", ["0: NVIDIA H200"])

@@ -6,6 +6,7 @@ timing method, each worker's isolation report), the rest ``unknown``.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -24,15 +25,22 @@ def _run(cmd: list[str], timeout: float = 20.0) -> str | None:
 
 
 def nvidia_smi() -> tuple[str | None, list[str]]:
-    """The driver version and each GPU's name (index: name), or (None, []) without ``nvidia-smi``."""
+    """The driver version and each GPU the service would use (index: name), or (None, []) without
+    ``nvidia-smi``. ``nvidia-smi`` lists every GPU of the host; ``CUDA_VISIBLE_DEVICES`` (indices or
+    UUIDs) narrows the list to those its workers see, as ``serve --gpus all`` does."""
     if shutil.which("nvidia-smi") is None:
         return None, []
-    out = _run(["nvidia-smi", "--query-gpu=index,name,driver_version", "--format=csv,noheader"])
+    out = _run(["nvidia-smi", "--query-gpu=index,uuid,name,driver_version", "--format=csv,noheader"])
     if not out:
         return None, []
     rows = [[c.strip() for c in line.split(",")] for line in out.splitlines() if line.strip()]
-    driver = rows[0][2] if rows and len(rows[0]) > 2 else None
-    return driver, [f"{r[0]}: {r[1]}" for r in rows if len(r) > 1]
+    rows = [r for r in rows if len(r) > 3]
+    driver = rows[0][3] if rows else None
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        wanted = [v.strip() for v in visible.split(",") if v.strip()]
+        rows = [r for r in rows if any(w == r[0] or (len(w) > 3 and r[1].startswith(w)) for w in wanted)]
+    return driver, [f"{r[0]}: {r[2]}" for r in rows]
 
 
 def tool(name: str, version_args: list[str] | None = None) -> str:
