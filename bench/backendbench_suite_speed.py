@@ -14,6 +14,10 @@ self-check (each smoke op timed against itself).
 
     .venv/bin/python bench/backendbench_suite_speed.py --out bench/results/backendbench_suite_speed_h100.json
 
+The report's ``gpus`` is the service's GPU count (0 on the CPU path); each run's ops per worker
+(``by_worker_each_run``) and the ops judged on another worker than in the run before
+(``moved_ops_each_run``: each is cold there) say how the suite spread over the GPUs.
+
 Exit 1 when an op of the suite is not correct, an op ran on the CPU while a GPU is visible, the suite
 took longer than ``--max-wall`` (10 s), or the self-check leaves the band.
 """
@@ -103,6 +107,7 @@ def run_suite(url: str, out_dir: Path, timeout: float) -> dict[str, Any]:
                 "device": d.get("device"),
                 "n_inputs": d.get("n_correctness_inputs"),
                 "eval_s": d.get("duration_s"),
+                "worker": d.get("worker_id"),
                 "feedback": d.get("feedback", "") if ev.data.outcome != "correct" else "",
             }
         )
@@ -141,6 +146,7 @@ async def self_check(url: str, trials: int) -> list[dict[str, Any]]:
                 "timing_method": d.get("timing_method"),
                 "timing_gate": d.get("timing_gate"),
                 "eval_s": d.get("duration_s"),
+                "worker": d.get("worker_id"),
             }
         )
     return rows
@@ -159,6 +165,22 @@ async def warm(url: str) -> float:
     async with ServiceClient(url, retries=0, timeout=600) as client:
         await client.post("/v1/evaluate-batch", {"requests": requests})
     return time.perf_counter() - t0
+
+
+def by_worker(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per worker (``eval-<gpu>-<n>``): the ops it judged and the seconds they took."""
+    out: dict[str, dict[str, float]] = {}
+    for r in rows:
+        w = out.setdefault(str(r.get("worker")), {"ops": 0, "eval_s": 0.0})
+        w["ops"] += 1
+        w["eval_s"] += r["eval_s"] or 0.0
+    return out
+
+
+def moved(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> int:
+    """Ops judged on another worker than in the run before (each such op is judged cold there)."""
+    where = {r["op"]: r.get("worker") for r in before}
+    return sum(1 for r in after if r["op"] in where and where[r["op"]] != r.get("worker"))
 
 
 def main() -> int:
@@ -206,11 +228,15 @@ def main() -> int:
         start_server(make_app(service)) as server,
     ):
         startup_s = time.perf_counter() - t0
+        service_gpus = len(getattr(service, "gpus", None) or [])  # the service's, 0 on the CPU path
         warm_s = anyio.run(warm, server.url)
         print(f"service up in {startup_s:.1f}s, warmed in {warm_s:.1f}s", flush=True)
         # The first run fills the workers' NVRTC kernel caches (ops PyTorch compiles at first use); the
         # last one is the suite's wall, as upstream's loop reads it with its own kernel cache warm.
         walls = []
+        runs_by_worker: list[dict[str, dict[str, float]]] = []
+        moved_each_run: list[int] = []
+        previous: list[dict[str, Any]] = []
         suite: dict[str, Any] = {
             "rows": [],
             "suite_wall_s": math.nan,
@@ -220,6 +246,9 @@ def main() -> int:
         for i in range(args.runs):
             suite = run_suite(server.url, Path(tmp) / f"run{i}", args.suite_timeout)
             walls.append(round(suite["suite_wall_s"], 2))
+            runs_by_worker.append(by_worker(suite["rows"]))
+            moved_each_run.append(moved(previous, suite["rows"]))
+            previous = suite["rows"]
             print(f"opinfo run {i + 1}/{args.runs}: {suite['suite_wall_s']:.1f}s", flush=True)
         rounds = [anyio.run(self_check, server.url, trials) for trials in args.trials]
     checks = rounds[0]
@@ -241,6 +270,7 @@ def main() -> int:
         "device": torch.cuda.get_device_name(0) if gpus else platform.processor() or "cpu",
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
+        "gpus": service_gpus,
         "sandbox": args.sandbox,
         "index": index,
         "service_startup_s": startup_s,
@@ -248,6 +278,9 @@ def main() -> int:
         "opinfo": {
             **suite,
             "suite_wall_s_each_run": walls,
+            # per run: each worker's ops and their seconds; ops judged on another worker than the run before
+            "by_worker_each_run": runs_by_worker,
+            "moved_ops_each_run": moved_each_run,
             "ops": len(rows),
             "correct": len(rows) - len(not_correct),
             "not_correct": not_correct,
@@ -261,6 +294,7 @@ def main() -> int:
             "band": args.band,
             "trials": args.trials[0],
             "out_of_band": out_of_band,
+            "workers": sorted({str(r["worker"]) for checked in rounds for r in checked}),
             "ops": checks,
         },
         "self_check_rounds": [{"trials": t, "ops": r} for t, r in zip(args.trials, rounds, strict=True)],
@@ -268,14 +302,15 @@ def main() -> int:
     save_report(args.out, report)
     print(
         f"opinfo: {len(rows) - len(not_correct)}/{len(rows)} correct, suite wall {suite['suite_wall_s']:.1f}s "
-        f"(run loop {suite['engine_wall_s']}s), exit {suite['exit_code']}"
+        f"(run loop {suite['engine_wall_s']}s), exit {suite['exit_code']}, {service_gpus} GPU(s); "
+        f"ops moved to another worker each run {moved_each_run}"
     )
     for trials, checked in zip(args.trials, rounds, strict=True):
         for r in checked:
             perf = r["performance"] or math.nan
             print(
                 f"  self-check ({trials} trials) {r['op']:8s} {r['outcome']:10s} performance {perf:.4f} "
-                f"in {r['eval_s'] or math.nan:.2f}s"
+                f"in {r['eval_s'] or math.nan:.2f}s on {r['worker']}"
             )
             print(f"    ms (op, kernel) {r['ms']} gate {r['timing_gate']}")
     for line in not_correct[:20]:

@@ -41,19 +41,16 @@ library itself, its GPU judging nothing meanwhile); ``gpu_busy_share`` = worker 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
-import signal
-import subprocess
 import sys
 import tarfile
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from _budget import run_budgeted
 from _report import save_report
 from _sources import use_sources  # bench/ (the script's dir) is on sys.path
 
@@ -136,24 +133,7 @@ def run_runner(args: argparse.Namespace, run_id: str, concurrency: int) -> tuple
     cmd = [sys.executable, *run_command(args, run_id, concurrency)]
     print(f"$ KS_MPS={args.mps}", " ".join(cmd[1:]), flush=True)
     env = {**os.environ, "KS_MPS": args.mps}
-    t0 = time.perf_counter()
-    log = args.output_dir / f"{run_id}.log"
-    with log.open("a") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        try:
-            code: int | None = proc.wait(timeout=args.budget_s)
-        except subprocess.TimeoutExpired:
-            print(f"budget of {args.budget_s:.0f}s reached: stopping the run (resume with the same command)")
-            os.killpg(proc.pid, signal.SIGINT)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                pass
-            with contextlib.suppress(ProcessLookupError):  # workers left behind, if any
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            code = None
-    return code, time.perf_counter() - t0, log.read_text()[-3000:]
+    return run_budgeted(cmd, args.output_dir / f"{run_id}.log", args.budget_s, env)
 
 
 def task_count(run_dir: Path, solutions: Path) -> int | None:

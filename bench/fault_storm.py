@@ -6,8 +6,9 @@
 Starts a ``KernelService`` (compile step on) on the GPUs behind a real HTTP server, as
 ``bench/adversarial/run_gpu.py`` does, then:
 
-1. Fault-free round: ``honest_triton`` and ``honest_cuda`` (``fault_storm/``, each against
-   ``fault_storm/ref_add.py``: a + b, fp32, 4096 x 4096) three times each; each kernel's baseline speedup is
+1. Fault-free round: ``honest_triton`` and ``honest_cuda`` (in ``fault_storm/``, or shipped with the
+   doctor: ``SHIPPED``), each against ``ref_add`` (a + b, fp32, 4096 x 4096), three times each; each
+   kernel's baseline speedup is
    the median of its answers. The two CUDA fault modules are built meanwhile (correctness_trials 0, no
    timing: nothing of theirs runs on a GPU), so that no build falls inside the storm.
 2. Storm: ``--honest-level1`` KernelBench level-1 references, each submitted as its own solution
@@ -180,7 +181,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 # ---- the jobs ---------------------------------------------------------------------------------------
 
 
+#: Kernels the doctor ships too (``kernel_service/doctor/data``): read from there, one copy of each.
+SHIPPED = {
+    "ref_add": "gpu_ref_add",
+    "honest_triton": "gpu_honest_triton_add",
+    "fault_triton_first": "gpu_fault_triton_first",
+    "fault_triton_timing": "gpu_fault_triton_timing",
+}
+
+
 def kernel_source(stem: str) -> str:
+    if stem in SHIPPED:
+        from kernel_service.doctor import kernels
+
+        return kernels.source(SHIPPED[stem])
     return (KERNELS / f"{stem}.py").read_text()
 
 

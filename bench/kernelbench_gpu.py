@@ -18,18 +18,14 @@ add up over calls. ``--tar`` packs the run directory so it can travel back and f
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
-import os
-import signal
-import subprocess
 import sys
 import tarfile
-import time
 from pathlib import Path
 from typing import Any
 
+from _budget import run_budgeted
 from _report import save_report
 from _sources import use_sources  # bench/ (the script's dir) is on sys.path
 
@@ -68,24 +64,7 @@ def run_runner(args: argparse.Namespace, run_id: str) -> tuple[int | None, float
     cmd += ["--dataset-file", str(args.dataset_file), "--output-dir", str(args.output_dir)]
     cmd += ["--concurrency", str(args.concurrency)]
     print("$", " ".join(cmd[1:]), flush=True)
-    t0 = time.perf_counter()
-    log = args.output_dir / f"{run_id}.log"
-    with log.open("a") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            code: int | None = proc.wait(timeout=args.budget_s)
-        except subprocess.TimeoutExpired:
-            print(f"budget of {args.budget_s:.0f}s reached: stopping the run (resume with the same command)")
-            os.killpg(proc.pid, signal.SIGINT)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                pass
-            with contextlib.suppress(ProcessLookupError):  # workers left behind, if any
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            code = None
-    return code, time.perf_counter() - t0, log.read_text()[-3000:]
+    return run_budgeted(cmd, args.output_dir / f"{run_id}.log", args.budget_s)
 
 
 def published_fast_1(path: Path | None) -> dict[str, Any]:

@@ -2,8 +2,8 @@
 
 A fatal GPU fault (an illegal address) ends every CUDA context of its GPU under MPS and leaves a judge
 waiting for good without it; neither may reach an honest job, and a fault inside timing must be found in
-seconds, not at ``timeout_s``. The kernels are ``bench/fault_storm``'s (the storm itself is
-``bench/fault_storm.py``).
+seconds, not at ``timeout_s``. The kernels are the ones ``kernel-service doctor`` ships (the storm
+itself is ``bench/fault_storm.py``).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 import torch
+from kernel_service.doctor import kernels
 from kernel_service.service import KernelService, KernelServiceConfig
 
 from benchmark_runner.service.app import make_app
@@ -23,8 +24,7 @@ from benchmark_runner.service.server import RunningServer, start_server
 
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 pytestmark = pytest.mark.gpu
-KERNELS = Path(__file__).resolve().parents[2] / "bench" / "fault_storm"
-REF = (KERNELS / "ref_add.py").read_text()
+REF = kernels.source("gpu_ref_add")
 OPTS = {"correctness_trials": 3, "perf_trials": 30, "warmup": 3, "timeout_s": 120, "use_result_cache": False}
 #: A fault inside timing must be answered within this (the issue's "within seconds", with the job's own
 #: loading and checks before it), far under ``timeout_s``.
@@ -61,9 +61,7 @@ def _post_all(url: str, jobs: list[tuple[str, str, str]]) -> list[dict[str, Any]
         async with httpx.AsyncClient(base_url=url, timeout=900) as ac:
 
             async def one(i: int, name: str, backend: str) -> dict[str, Any]:
-                solution = (
-                    REF + "\nModelNew = Model\n" if name == "self" else (KERNELS / f"{name}.py").read_text()
-                )
+                solution = REF + "\nModelNew = Model\n" if name == "self" else kernels.source(name)
                 body = {
                     "reference": REF,
                     "solution": solution,
@@ -80,8 +78,13 @@ def _post_all(url: str, jobs: list[tuple[str, str, str]]) -> list[dict[str, Any]
 
 
 def test_faults_on_every_gpu_harm_no_honest_job_beside_them(every_gpu: RunningServer) -> None:
-    honest = [("self", "torch", "honest")] * (3 * GPUS) + [("honest_triton", "triton", "honest")] * GPUS
-    faults = [("fault_triton_first", "triton", "fault"), ("fault_triton_timing", "triton", "fault")] * GPUS
+    honest = [("self", "torch", "honest")] * (3 * GPUS) + [
+        ("gpu_honest_triton_add", "triton", "honest")
+    ] * GPUS
+    faults = [
+        ("gpu_fault_triton_first", "triton", "fault"),
+        ("gpu_fault_triton_timing", "triton", "fault"),
+    ] * GPUS
     jobs = [job for i, h in enumerate(honest) for job in [h, *faults[i : i + 1]]]  # faults among the honest
     answers = _post_all(every_gpu.url, jobs)
     for (name, _, kind), res in zip(jobs, answers, strict=True):
@@ -97,9 +100,9 @@ def test_faults_on_every_gpu_harm_no_honest_job_beside_them(every_gpu: RunningSe
 
 
 def test_without_mps_a_fault_inside_timing_is_found_in_seconds(no_mps: RunningServer) -> None:
-    (fault,) = _post_all(no_mps.url, [("fault_triton_timing", "triton", "fault")])
+    (fault,) = _post_all(no_mps.url, [("gpu_fault_triton_timing", "triton", "fault")])
     assert fault["outcome"] == "execution_failure", fault["message"]
     assert "illegal memory access" in fault["message"], fault["message"]
     assert fault["elapsed"]["total_s"] < FOUND_WITHIN_S, fault["elapsed"]
-    (honest,) = _post_all(no_mps.url, [("honest_triton", "triton", "honest")])
+    (honest,) = _post_all(no_mps.url, [("gpu_honest_triton_add", "triton", "honest")])
     assert honest["outcome"] == "correct", honest["message"]

@@ -45,14 +45,23 @@ async def run_in_pool(pool: JobRunner, request: BackendBenchEvalRequest) -> Back
         detail = reply.message or reply.failure or "no result"
         if reply.output:
             detail += f"; output tail: {reply.output[-500:]}"
-        return BackendBenchEvalResponse.failure(request, outcome, detail)
+        return _on(BackendBenchEvalResponse.failure(request, outcome, detail), reply.worker_id)
     result = {k: v for k, v in reply.result.items() if k not in ("output", "recycled")}
     try:
-        return BackendBenchEvalResponse.model_validate(result)
+        return _on(BackendBenchEvalResponse.model_validate(result), reply.worker_id)
     except ValidationError as exc:
-        return BackendBenchEvalResponse.failure(
-            request, "sandbox_error", f"the worker answered an invalid verdict: {exc}"
+        return _on(
+            BackendBenchEvalResponse.failure(
+                request, "sandbox_error", f"the worker answered an invalid verdict: {exc}"
+            ),
+            reply.worker_id,
         )
+
+
+def _on(verdict: BackendBenchEvalResponse, worker_id: str) -> BackendBenchEvalResponse:
+    """``verdict`` naming the worker that judged it (none: the pool named none)."""
+    verdict.worker_id = worker_id or None
+    return verdict
 
 
 #: Kernels one worker job judges at most: a batch is split into at least one job per worker, and into
@@ -74,7 +83,12 @@ async def run_batch_in_pool(
 ) -> list[BackendBenchEvalResponse]:
     """Judge ``requests`` (one run's kernels) in a few worker jobs (see :func:`split_batch`), one verdict
     each, in order. A job that fails as a whole (its worker died or overran the job's time) is not a
-    verdict on its kernels: each of them is judged again alone."""
+    verdict on its kernels: each of them is judged again alone.
+
+    The chunks ask for workers in order, and the pool hands idle workers out by slot, so the same batch
+    again lands each chunk on the worker that judged it before, which keeps its ops' inputs, the
+    reference's answers and the NVRTC kernels its reference compiled (on another worker each op is cold:
+    seconds on a GPU for ops such as ``prod`` or ``digamma``)."""
     verdicts: list[BackendBenchEvalResponse | None] = [None] * len(requests)
 
     async def one_job(chunk: range) -> None:
@@ -106,13 +120,12 @@ async def _batch_job(
         out = []
         for request, answer in zip(requests, answers, strict=True):
             try:
-                out.append(BackendBenchEvalResponse.model_validate(answer))
+                verdict = BackendBenchEvalResponse.model_validate(answer)
             except ValidationError as exc:
-                out.append(
-                    BackendBenchEvalResponse.failure(
-                        request, "sandbox_error", f"the worker answered an invalid verdict: {exc}"
-                    )
+                verdict = BackendBenchEvalResponse.failure(
+                    request, "sandbox_error", f"the worker answered an invalid verdict: {exc}"
                 )
+            out.append(_on(verdict, reply.worker_id))
         return out
     verdicts: list[BackendBenchEvalResponse] = []
     for request in requests:  # the job failed as a whole: each kernel alone

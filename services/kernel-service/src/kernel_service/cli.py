@@ -75,6 +75,32 @@ _common = [
 ]
 
 
+def timing_path_options(f: Any) -> Any:
+    """``--mps`` and ``--own-baseline``: how the GPU path times kernels (``serve`` and ``doctor``)."""
+    f = click.option(
+        "--own-baseline",
+        type=click.Choice(["auto", "on", "off"]),
+        default="auto",
+        show_default=True,
+        envvar="KS_OWN_BASELINE",
+        show_envvar=True,
+        help="read a kernel against the reference timed in the kernel's own process before the kernel "
+        "loads (auto: under MPS; on: BackendBench on any GPU path too)",
+    )(f)
+    return click.option(
+        "--mps",
+        type=click.Choice(["auto", "on", "off"]),
+        default="auto",
+        show_default=True,
+        envvar="KS_MPS",
+        show_envvar=True,
+        help="an NVIDIA MPS daemon of the service's own for its GPUs (auto: when GPUs and the tool exist). "
+        "On: one call a reading, so a submission cannot overlap, batch or share work across a reading's "
+        "calls; each side read at one path level. Off: several calls a reading, bounded from below by lone "
+        "calls (docs/integrity.md)",
+    )(f)
+
+
 def common_options(fn: Any) -> Any:
     for opt in reversed(_common):
         fn = opt(fn)
@@ -159,28 +185,7 @@ def main() -> None:
     help="also build each solution with torch/extension.h includes made torch/types.h, at the same time, "
     "and judge that build when it succeeds (shorter nvcc builds)",
 )
-@click.option(
-    "--mps",
-    type=click.Choice(["auto", "on", "off"]),
-    default="auto",
-    show_default=True,
-    envvar="KS_MPS",
-    show_envvar=True,
-    help="an NVIDIA MPS daemon of the service's own for its GPUs (auto: when GPUs and the tool exist). "
-    "On: one call a reading, so a submission cannot overlap, batch or share work across a reading's "
-    "calls; each side read at one path level. Off: several calls a reading, bounded from below by lone "
-    "calls (docs/integrity.md)",
-)
-@click.option(
-    "--own-baseline",
-    type=click.Choice(["auto", "on", "off"]),
-    default="auto",
-    show_default=True,
-    envvar="KS_OWN_BASELINE",
-    show_envvar=True,
-    help="read a kernel against the reference timed in the kernel's own process before the kernel loads "
-    "(auto: under MPS; on: BackendBench on any GPU path too)",
-)
+@timing_path_options
 @common_options
 def serve(
     host: str,
@@ -429,24 +434,7 @@ async def _eval_once(config: KernelServiceConfig, request: KernelEvalRequest) ->
     default=None,
     help="with --url: the service's API key",
 )
-@click.option(
-    "--mps",
-    type=click.Choice(["auto", "on", "off"]),
-    default="auto",
-    show_default=True,
-    envvar="KS_MPS",
-    show_envvar=True,
-    help="as serve's --mps",
-)
-@click.option(
-    "--own-baseline",
-    type=click.Choice(["auto", "on", "off"]),
-    default="auto",
-    show_default=True,
-    envvar="KS_OWN_BASELINE",
-    show_envvar=True,
-    help="as serve's --own-baseline",
-)
+@timing_path_options
 @common_options
 def doctor(
     quick: bool,

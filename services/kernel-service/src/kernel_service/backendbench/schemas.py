@@ -192,6 +192,10 @@ class BackendBenchEvalResponse(StrictModel):
     tolerances: dict[str, list[float]] = Field(default_factory=dict, description="dtype -> [atol, rtol]")
     torch_version: str = ""
     duration_s: float = 0.0
+    worker_id: str | None = Field(
+        default=None,
+        description="the service's worker that judged it (``eval-<gpu>-<n>``, ``eval-cpu-<n>``); None in-process",
+    )
     profile: BackendBenchProfile | None = Field(
         default=None,
         description="options.profile: one untimed call of each side on one performance input (advisory)",

@@ -487,7 +487,11 @@ class WorkerPool:
             raise ValueError(f"sandbox: expected one of {', '.join(SANDBOX_CHOICES)}, got {config.sandbox!r}")
         self.launcher: Launcher | None = None  # resolved (probed) in start()
         self.launcher_notes: tuple[str, ...] = ()
-        self._idle: asyncio.Queue[WorkerProcess] | None = None
+        #: Idle workers by slot (their index in ``devices``): the lowest free slot is handed out first, so
+        #: the jobs of a batch sent again in the same order land on the same workers (which keep what
+        #: they cached), where first-in-first-out swapped them whenever the jobs ended in another order.
+        self._idle: asyncio.PriorityQueue[tuple[int, int, WorkerProcess]] | None = None
+        self._handed = itertools.count()  # ties never compare workers
         self._turns = FairScheduler(len(devices))
         self._all: list[WorkerProcess] = []
         #: Per slot device, its standby (``WorkerConfig.standby``), started beside the slot's worker.
@@ -546,7 +550,7 @@ class WorkerPool:
             self.launcher, self.launcher_notes = await anyio.to_thread.run_sync(
                 resolve_launcher, self.config.sandbox
             )
-        self._idle = asyncio.Queue()
+        self._idle = asyncio.PriorityQueue()
         try:
             await self._start_workers()
         except RuntimeError as exc:
@@ -556,7 +560,8 @@ class WorkerPool:
             # allow-list) must not take the service down: start without it, and say so in every
             # answer's isolation report (``fallbacks``) and on stderr.
             await self.close()
-            self._idle = asyncio.Queue()
+            self._closing = False
+            self._idle = asyncio.PriorityQueue()
             self.config = dataclasses.replace(self.config, landlock=False)
             note = f"Landlock disabled: a worker failed to start under it ({str(exc)[:500]})"
             self.launcher_notes = (*self.launcher_notes, note)
@@ -569,9 +574,13 @@ class WorkerPool:
         for d in self.devices:
             if self._keeps_standby(d) and d not in self._standby:
                 self._standby[d] = self._new_worker(d, hold=True)
-        for w in workers:
+        for slot, w in enumerate(workers):
             self.ready_info = await anyio.to_thread.run_sync(w.wait_ready)
-            self._idle.put_nowait(w)
+            self._give_back(slot, w)
+
+    def _give_back(self, slot: int, worker: WorkerProcess) -> None:
+        assert self._idle is not None
+        self._idle.put_nowait((slot, next(self._handed), worker))
 
     async def run(
         self, job: dict[str, Any], timeout: float, caller: str | None = None
@@ -599,7 +608,7 @@ class WorkerPool:
     ) -> tuple[Reply, float]:
         assert self._idle is not None
         needed = self._grant_build_dir(job)
-        worker = await self._idle.get()
+        slot, _, worker = await self._idle.get()
         waited = time.monotonic() - t0
         cancelled: BaseException | None = None
         try:
@@ -621,7 +630,7 @@ class WorkerPool:
                     await anyio.to_thread.run_sync(worker.close)
                 # A worker killed by ``close`` gets no successor: one started now would outlive the pool.
                 if not (worker.dead and self._closing):
-                    self._idle.put_nowait(self._replace(worker) if worker.dead else worker)
+                    self._give_back(slot, self._replace(worker) if worker.dead else worker)
         if cancelled is not None:
             raise cancelled
         return reply, waited

@@ -1,0 +1,35 @@
+"""A runner subprocess held to a device call's budget: stopped the way a user's Ctrl-C stops it (SIGINT,
+so it checkpoints), then its whole process group, and resumed by a later call with the same command."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+
+def run_budgeted(
+    cmd: list[str], log: Path, budget_s: float, env: dict[str, str] | None = None
+) -> tuple[int | None, float, str]:
+    """Run ``cmd`` (its output appended to ``log``), stopped at ``budget_s``; (exit code or None when
+    stopped, wall seconds, the log's tail)."""
+    t0 = time.perf_counter()
+    with log.open("a") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            code: int | None = proc.wait(timeout=budget_s)
+        except subprocess.TimeoutExpired:
+            print(f"budget of {budget_s:.0f}s reached: stopping the run (resume with the same command)")
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                pass
+            with contextlib.suppress(ProcessLookupError):  # workers left behind, if any
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            code = None
+    return code, time.perf_counter() - t0, log.read_text()[-3000:]
