@@ -13,6 +13,7 @@
 #                                            selfcheck (issue 30: smoke ops against themselves on SERVICES fresh services in turn)
 #                                            faults storm (issue 50: the GPU fault tests; the fault storm, STORM_S of storm)
 #                                            doctor doctor_quick doctor_tests (issue 54: `kernel-service doctor`, its GPU tests)
+#                                            bb_multi (issue 52: BackendBench on two GPUs); corpus (issue 51: CORPUS=h100_xsm|h100)
 #                                            bb_tests (BackendBench's GPU tests and its reading cheats: what OWN_BASELINE=1 owes)
 # Knobs: BATCH_N, AB_SRC, BUILD_OPTIONS, BUILD_PARALLEL (builds of one option at once), COMPILE_ARGS (e.g. --task-ids-from F),
 # MPS=auto|on|off (every step: the bench scripts' --mps, KS_MPS for the tests and the runners' embedded services;
@@ -74,6 +75,14 @@ for s in "${steps[@]}"; do
     doctor_quick) step doctor_quick 150 python3 -m kernel_service.cli doctor --quick --mps $MPS --out "$OUT/doctor_quick.json" ;;
     doctor) step doctor 330 python3 -m kernel_service.cli doctor --mps $MPS --out "$OUT/doctor.json" ;;
     doctor_tests) step doctor_tests 300 python3 -m pytest -m gpu tests/kernel_service/test_doctor.py -q -p no:cacheprovider -rA ;;
+    bb_multi) step bb_multi 300 python3 -m pytest -m gpu tests/backendbench/test_gpu_backendbench_multi.py -q -p no:cacheprovider -rA ;;
+    corpus)  # issue 51: CORPUS=h100_xsm|h100 (.gpudata/corpus/, carried; GPL-3: never committed), resumed from
+      # .gpudata/runs/<run id>.tar.gz when carried back; the run directory travels out as $OUT/<run id>.tar.gz
+      rid=corpus-${CORPUS:-h100_xsm}; mkdir -p /tmp/corpus-runs
+      [ -f .gpudata/runs/$rid.tar.gz ] && tar -xzf .gpudata/runs/$rid.tar.gz -C /tmp/corpus-runs
+      step corpus 580 python3 bench/corpus.py --solutions .gpudata/corpus/${CORPUS:-h100_xsm}.json \
+        --corpus-name "${CORPUS_NAME:-${CORPUS:-h100_xsm}}" --output-dir /tmp/corpus-runs --run-id $rid \
+        --budget-s ${CORPUS_BUDGET_S:-520} --mps $MPS --out "$OUT/$rid.json" --tar "$OUT/$rid.tar.gz" ;;
     multigpu) step multigpu 240 python3 -m pytest -m gpu tests/kernel_service/test_gpu_multi.py -q -p no:cacheprovider ;;
     adversarial_gpu1) step adversarial_gpu1 200 python3 bench/adversarial/run_gpu.py --gpus 1 --mps $MPS --out "$OUT/adversarial_gpu1.json" ;;
     adversarial) step adversarial 200 python3 bench/adversarial/run_gpu.py --mps $MPS --out "$OUT/adversarial.json" ;;

@@ -70,6 +70,8 @@ def test_gpu_kernels_outcomes_and_recovery(gpu_server: RunningServer) -> None:
         assert res.device and res.device.startswith("cuda") and (res.hardware or "").startswith("NVIDIA")
         assert res.speedup is not None and res.speedup > 1.2, res.speedup  # 1 fused kernel vs 3
         assert res.timing_method and "CUDA events" in res.timing_method
+    # built on the compile pool, loaded by the GPU worker's sides as it is: their arch flags are the pool's
+    assert ok.phases is not None and ok.phases.get("worker_build") == 0.0, ok.phases
     assert wrong.outcome == "incorrect", wrong.message
     assert oob.outcome == "execution_failure", oob.message
     assert hang.outcome == "timeout", hang.message

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import anyio
 import ks_sources as S
@@ -132,3 +133,83 @@ def test_a_build_flag_from_the_device_matches_the_eval_side() -> None:
     env = {**os.environ, "TORCH_CUDA_ARCH_LIST": "9.0"}
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "True (9, 0)"
+
+
+#: Most model-written extensions fall back to PyTorch when their build fails: the submission is correct,
+#: and every fresh process of its job used to run the failing compile again (15-20 s each on a GPU host).
+SOL_CPP_FALLBACK = (
+    S.SOL_CPP_BROKEN.replace("ks_test_broken", "ks_test_fallback")
+    .replace("ext = load_inline(", "try:\n    ext = load_inline(")
+    .replace('extra_cflags=["-O2"])', 'extra_cflags=["-O2"])\nexcept RuntimeError:\n    ext = None')
+    .replace("return ext.add_cpu(a, b)", "return ext.add_cpu(a, b) if ext is not None else a + b")
+)
+
+
+def test_a_build_that_failed_on_the_compile_pool_is_not_compiled_again_when_judged(tmp_path: Path) -> None:
+    """Through the service: its compile pool records the failed build, and the eval worker's sides raise
+    torch's build error at once (the same fallback, no compiler run)."""
+    from kernel_service.kernelbench.schemas import KernelEvalRequest
+    from kernel_service.service import KernelService, KernelServiceConfig
+
+    request = KernelEvalRequest.model_validate(
+        {
+            "reference": S.REF_ADD,
+            "solution": SOL_CPP_FALLBACK,
+            "backend": "cpp",
+            "options": {**S.FAST, "measure_performance": False, "timeout_s": 600},
+        }  # fmt: skip
+    )
+
+    async def scenario() -> tuple[Any, dict[str, Any]]:
+        service = KernelService(KernelServiceConfig(work_dir=tmp_path, cpu_workers=1))
+        await service.startup()
+        try:
+            answer = await service.evaluate(request)
+            return answer, dict(service._failed_builds)
+        finally:
+            await service.shutdown()
+
+    answer, remembered = anyio.run(scenario)
+    assert answer.outcome == "correct", answer.message
+    assert [f["name"] for f in next(iter(remembered.values()))] == ["ks_test_fallback"], remembered
+    assert answer.phases is not None
+    load_s, compile_s = answer.phases["load"], answer.elapsed.compile_s
+    assert load_s < max(5.0, compile_s / 3), (load_s, compile_s)
+
+
+def test_only_the_sources_and_flags_that_failed_are_refused(tmp_path: Path) -> None:
+    from kernel_service.workers.artifacts import build_key, refuse_failed_builds
+    from torch.utils import cpp_extension
+
+    src = tmp_path / "main.cpp"
+    src.write_text("int f() { return 1 }")
+    failed = [{"name": "ext", "key": build_key("ext", [str(src)], [["-O2"], None, None, None], False)}]
+    versioner = cpp_extension.JIT_EXTENSION_VERSIONER
+    try:
+        refuse_failed_builds(failed)
+        call = {"build_directory": str(tmp_path), "with_cuda": False, "with_sycl": None,
+                "is_python_module": True, "is_standalone": False}  # fmt: skip
+        try:
+            versioner.bump_version_if_changed(
+                "ext", [str(src)], build_arguments=[["-O2"], None, None, None], **call
+            )
+        except RuntimeError as exc:
+            assert "Error building extension 'ext'" in str(exc)
+        else:
+            raise AssertionError("the failed build was not refused")
+        assert (
+            versioner.bump_version_if_changed(
+                "ext", [str(src)], build_arguments=[["-O1"], None, None, None], **call
+            )
+            == 0
+        )
+        src.write_text("int f() { return 1; }")
+        assert (
+            versioner.bump_version_if_changed(
+                "ext", [str(src)], build_arguments=[["-O2"], None, None, None], **call
+            )
+            >= 0
+        )
+    finally:
+        vars(versioner).pop("bump_version_if_changed", None)
+        versioner.entries.clear()

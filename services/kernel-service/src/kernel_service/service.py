@@ -29,6 +29,7 @@ import shutil
 import sys
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, ClassVar, overload
@@ -66,6 +67,8 @@ __all__ = ["BUILT_MARKER", "BuildCache", "KernelService", "KernelServiceConfig",
 
 #: Bump when the timing method changes: cached reference timings of another method are not comparable.
 TIMING_VERSION = "1"
+#: Solutions whose failed builds the service remembers (``KernelService._failed_builds``).
+FAILED_BUILDS_KEPT = 1024
 
 
 def split_cpus(cpus: list[int], gpus: int) -> tuple[list[int], list[int]]:
@@ -106,6 +109,9 @@ class KernelService(BenchmarkService):
         self._background: set[Any] = set()  # as-written builds still running after a light one won
         self._compiling = 0  # compile jobs submitted and not yet answered (``compile_spare``)
         self._mps: list[MpsDaemon] = []
+        #: Per build dir (a solution), its builds that failed on the compile worker (``Job.failed_builds``),
+        #: the most recent ``FAILED_BUILDS_KEPT``: its later evaluations, cache hits included, skip them too.
+        self._failed_builds: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
 
     @property
     def has_gpu(self) -> bool:
@@ -564,6 +570,7 @@ class KernelService(BenchmarkService):
             "options": opts.model_dump(mode="json"),
             "build_dir": str(build_dir),
             "cached_ref_timing": cached.model_dump() if cached else None,
+            "failed_builds": self._failed_builds.get(str(build_dir), []),
         }
         reply, waited, retries = await self._run_retrying(job, opts.timeout_s + KILL_GRACE_S)
         queue_s += waited
@@ -659,6 +666,11 @@ class KernelService(BenchmarkService):
         compile_s = float(res.get("compile_s", 0.0))
         if res.get("ok"):
             self.build_cache.mark_built(build_dir)
+            failed = [f for f in res.get("failed_builds") or [] if isinstance(f, dict)][:16]
+            if failed:
+                self._failed_builds[str(build_dir)] = failed
+                while len(self._failed_builds) > FAILED_BUILDS_KEPT:
+                    self._failed_builds.popitem(last=False)
             return None, compile_s, waited
         if res.get("build_error"):
             return (

@@ -54,6 +54,8 @@ class Job:
     mode: str = "eval"  # "eval" | "compile" (load the solution only, to fill the build cache)
     #: Extensions already built in ``build_dir`` (an installed artifact, ``artifacts.seed_prebuilt``).
     prebuilt: list[dict[str, Any]] = field(default_factory=list)
+    #: Builds of the solution that failed on the compile worker (``artifacts.failed_builds``).
+    failed_builds: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Job:
@@ -68,6 +70,7 @@ class Job:
             cached_ref_timing=TimingStats.model_validate(cached) if cached else None,
             mode=str(d.get("mode", "eval")),
             prebuilt=list(d.get("prebuilt") or []),
+            failed_builds=list(d.get("failed_builds") or []),
         )
 
 

@@ -18,6 +18,7 @@ GPU-side gate, so no host latency enters the reading; on the CPU, the judge's cl
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -219,7 +220,14 @@ def _evaluate(
     with phase("load"):
         build_dir = usable_build_dir(Path(job.build_dir), run.workdir)
         builds = _WorkerBuilds(Path(build_dir))
-        setup = {"op": "setup", "device": str(device), "tf32": opts.tf32, "build_dir": build_dir}
+        # the compile pool's arch flags: the sides fork from a zygote started before the worker set them,
+        # and other flags would rebuild every extension the compile pool built
+        arch = (
+            {"cuda_arch": os.environ["TORCH_CUDA_ARCH_LIST"]}
+            if os.environ.get("TORCH_CUDA_ARCH_LIST")
+            else {}
+        )
+        setup = {"op": "setup", "device": str(device), "tf32": opts.tf32, "build_dir": build_dir, **arch}
         models = {"reference": (job.reference, "Model", Outcome.UNKNOWN_ERROR),
                   "candidate": (job.solution, "ModelNew", Outcome.COMPILATION_FAILURE)}  # fmt: skip
         loads = {
@@ -229,6 +237,7 @@ def _evaluate(
                 "missing_outcome": load_outcome.value, "precision": opts.precision,
                 "init_outcome": (Outcome.INITIALIZATION_FAILURE if role == "candidate" else Outcome.UNKNOWN_ERROR).value,
                 **({"prebuilt": job.prebuilt} if role == "candidate" and job.prebuilt else {}),
+                **({"failed_builds": job.failed_builds} if role == "candidate" and job.failed_builds else {}),
             } for role, (source, cls, load_outcome) in models.items()
         }  # fmt: skip
         run.spawn = {"build_dir": build_dir, "setup": setup, "load": loads}

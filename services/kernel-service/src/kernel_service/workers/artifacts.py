@@ -185,6 +185,71 @@ def recording_builds(before_build: BuildHook | None = None) -> Iterator[list[dic
                 del versioner.bump_version_if_changed
 
 
+# ---- builds that failed (compile worker -> the candidate's sides) ----------------------------------
+
+
+def _arguments(build_arguments: list[Any]) -> list[list[str] | None]:
+    return [list(map(str, g)) if g else None for g in build_arguments]
+
+
+def build_key(name: str, source_files: list[str], build_arguments: list[Any], with_cuda: Any) -> str:
+    """What decides a build's outcome here: the extension's name, its sources' bytes and its flags (not
+    its build dir, which differs between the compile worker and the sides)."""
+    digest = hashlib.sha256(json.dumps([name, _arguments(build_arguments), bool(with_cuda)]).encode())
+    for path in source_files:
+        with open(path, "rb") as f:
+            digest.update(hashlib.sha256(f.read()).digest())
+    return digest.hexdigest()
+
+
+def failed_builds(built: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """The recorded builds (``recording_builds``) that left no library in their build dir: the compiler
+    failed them and the solution caught the error (most model-written extensions fall back to PyTorch
+    when their build fails). Each: its name and ``build_key``."""
+    failed = []
+    for call in built[:MAX_EXTENSIONS]:
+        build_dir, name = str(call["build_directory"]), str(call["name"])
+        if any(os.path.exists(os.path.join(build_dir, out)) for out in (f"{name}.so", name)):
+            continue
+        sources = [os.path.join(build_dir, s) for s in call["sources"]]
+        if all(os.path.isfile(s) for s in sources):
+            key = build_key(name, sources, call["build_arguments"] or [], call["with_cuda"])
+            failed.append({"name": name, "key": key})
+    return failed
+
+
+def refuse_failed_builds(failed: list[dict[str, Any]]) -> None:
+    """In a candidate's side (after ``reset_extension_versioner``): a ``load_inline`` of sources and flags
+    whose build failed on the compile worker raises torch's own build error at once, without running the
+    compiler again. Every fresh side of the job would otherwise pay the failing compile (seconds to a
+    minute each, inside the timing phase), to reach the same error and the same fallback. Wraps the
+    versioner instance's method, as ``recording_builds`` does. A record can only make the submission's own
+    build fail; any other sources or flags build as before."""
+    from torch.utils import cpp_extension
+
+    keys = {str(f.get("key")): str(f.get("name")) for f in failed if isinstance(f, dict)}
+    if not keys:
+        return
+    versioner = cpp_extension.JIT_EXTENSION_VERSIONER
+    original = versioner.bump_version_if_changed
+
+    def refuse(name: str, source_files: list[str], build_arguments: list[Any], build_directory: str,
+               with_cuda: Any, with_sycl: Any, is_python_module: Any, is_standalone: Any) -> int:  # fmt: skip
+        try:
+            key = build_key(name, list(source_files), list(build_arguments), with_cuda)
+        except OSError:
+            key = ""
+        if key in keys:
+            raise RuntimeError(
+                f"Error building extension '{name}': the service's compile worker built these sources with "
+                "these flags and the compiler failed (not run again here)"
+            )
+        return int(original(name, source_files, build_arguments, build_directory, with_cuda, with_sycl,
+                            is_python_module, is_standalone))  # fmt: skip
+
+    versioner.bump_version_if_changed = refuse  # type: ignore[method-assign]
+
+
 # ---- packing (the compile side's parent) ---------------------------------------------------------
 
 

@@ -77,6 +77,8 @@ class Side:
 
         self.device = torch.device(msg["device"])
         os.environ["TORCH_EXTENSIONS_DIR"] = msg["build_dir"]
+        if msg.get("cuda_arch"):
+            os.environ["TORCH_CUDA_ARCH_LIST"] = str(msg["cuda_arch"])
         if self.device.type == "cuda":
             cuda_ipc.ensure_context()
         apply_tf32(msg.get("tf32", "default"))
@@ -90,6 +92,10 @@ class Side:
             from .artifacts import seed_prebuilt
 
             seed_prebuilt(os.environ["TORCH_EXTENSIONS_DIR"], msg["prebuilt"])
+        if msg.get("failed_builds"):  # built and failed on the compile worker: not compiled again here
+            from .artifacts import refuse_failed_builds
+
+            refuse_failed_builds(msg["failed_builds"])
         try:
             module = load_module(msg["source"], msg["name"], self.workdir)
             cls = getattr(module, msg["cls"], None)

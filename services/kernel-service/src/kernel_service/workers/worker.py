@@ -434,7 +434,7 @@ def compile_only(job: Job, workdir: Path, env: Environment, report: PhaseReporte
     that another node loads without building (``artifacts.pack``)."""
     from ..judging.harness import HarnessError, load_solution
     from ..judging.schemas import excerpt
-    from .artifacts import recording_builds
+    from .artifacts import failed_builds, recording_builds
     from .fast_builds import pch_session
     from .lazy_builds import warm_lazy_builds
 
@@ -464,6 +464,7 @@ def compile_only(job: Job, workdir: Path, env: Environment, report: PhaseReporte
         "compile_s": time.perf_counter() - t0,
         "lazy_s": lazy_s,
         "extensions": built,
+        "failed_builds": failed_builds(built),
     }
 
 
