@@ -32,6 +32,12 @@ ignored path::
         --corpus-name "sekstini/CUDA-L1@<commit> optimized_cuda_code/h100_xsm.json" \\
         --output-dir .runs --run-id cudal1-xsm --budget-s 540 --out bench/results/corpus_cudal1_xsm_h100.json
 
+``bench/corpus_probe.jsonl`` (ours, in the revision's format) is the corpus's cases in small: one ReLU
+over 4096x4096 judged four ways: task 1 PyTorch, 2 a CUDA ``load_inline`` at import, 3 the same built in
+``__init__``, 4 a ``load_inline`` whose compile fails inside ``try`` with PyTorch as the fallback (as 67 of
+the first release's 73 extensions are written). Their ``timing_s`` side by side is what a ``load_inline``
+candidate's timing costs against a PyTorch one's.
+
 Per evaluation (the kernel service's answer in each EvalResult's details): worker seconds are
 ``elapsed.total_s - queue_s - compile_s`` (the eval worker's time on the task, without waiting for a
 slot or the compile pool), ``gpu_build_s`` sums ``phases.worker_build`` (an eval worker building a

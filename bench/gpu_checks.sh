@@ -76,11 +76,12 @@ for s in "${steps[@]}"; do
     doctor) step doctor 330 python3 -m kernel_service.cli doctor --mps $MPS --out "$OUT/doctor.json" ;;
     doctor_tests) step doctor_tests 300 python3 -m pytest -m gpu tests/kernel_service/test_doctor.py -q -p no:cacheprovider -rA ;;
     bb_multi) step bb_multi 300 python3 -m pytest -m gpu tests/backendbench/test_gpu_backendbench_multi.py -q -p no:cacheprovider -rA ;;
-    corpus)  # issue 51: CORPUS=h100_xsm|h100 (.gpudata/corpus/, carried; GPL-3: never committed), resumed from
+    corpus)  # issue 51: CORPUS=h100_xsm|h100 (.gpudata/corpus/, carried; GPL-3: never committed) or
+      # CORPUS=probe CORPUS_FILE=bench/corpus_probe.jsonl (ours: load_inline against PyTorch), resumed from
       # .gpudata/runs/<run id>.tar.gz when carried back; the run directory travels out as $OUT/<run id>.tar.gz
       rid=corpus-${CORPUS:-h100_xsm}; mkdir -p /tmp/corpus-runs
       [ -f .gpudata/runs/$rid.tar.gz ] && tar -xzf .gpudata/runs/$rid.tar.gz -C /tmp/corpus-runs
-      step corpus 580 python3 bench/corpus.py --solutions .gpudata/corpus/${CORPUS:-h100_xsm}.json \
+      step corpus 580 python3 bench/corpus.py --solutions ${CORPUS_FILE:-.gpudata/corpus/${CORPUS:-h100_xsm}.json} \
         --corpus-name "${CORPUS_NAME:-${CORPUS:-h100_xsm}}" --output-dir /tmp/corpus-runs --run-id $rid \
         --budget-s ${CORPUS_BUDGET_S:-520} --mps $MPS --out "$OUT/$rid.json" --tar "$OUT/$rid.tar.gz" ;;
     multigpu) step multigpu 240 python3 -m pytest -m gpu tests/kernel_service/test_gpu_multi.py -q -p no:cacheprovider ;;
