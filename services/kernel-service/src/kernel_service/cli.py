@@ -75,19 +75,9 @@ _common = [
 ]
 
 
-def timing_path_options(f: Any) -> Any:
-    """``--mps`` and ``--own-baseline``: how the GPU path times kernels (``serve`` and ``doctor``)."""
-    f = click.option(
-        "--own-baseline",
-        type=click.Choice(["auto", "on", "off"]),
-        default="auto",
-        show_default=True,
-        envvar="KS_OWN_BASELINE",
-        show_envvar=True,
-        help="read a kernel against the reference timed in the kernel's own process before the kernel "
-        "loads (auto: under MPS; on: BackendBench on any GPU path too)",
-    )(f)
-    return click.option(
+#: ``--mps`` and ``--own-baseline``: how the GPU path times kernels (``serve`` and ``doctor``).
+_timing_path = [
+    click.option(
         "--mps",
         type=click.Choice(["auto", "on", "off"]),
         default="auto",
@@ -98,13 +88,32 @@ def timing_path_options(f: Any) -> Any:
         "On: one call a reading, so a submission cannot overlap, batch or share work across a reading's "
         "calls; each side read at one path level. Off: several calls a reading, bounded from below by lone "
         "calls (docs/integrity.md)",
-    )(f)
+    ),
+    click.option(
+        "--own-baseline",
+        type=click.Choice(["auto", "on", "off"]),
+        default="auto",
+        show_default=True,
+        envvar="KS_OWN_BASELINE",
+        show_envvar=True,
+        help="read a kernel against the reference timed in the kernel's own process before the kernel "
+        "loads (auto: under MPS; on: BackendBench on any GPU path too)",
+    ),
+]
+
+
+def _with(options: list[Any], fn: Any) -> Any:
+    for opt in reversed(options):
+        fn = opt(fn)
+    return fn
+
+
+def timing_path_options(fn: Any) -> Any:
+    return _with(_timing_path, fn)
 
 
 def common_options(fn: Any) -> Any:
-    for opt in reversed(_common):
-        fn = opt(fn)
-    return fn
+    return _with(_common, fn)
 
 
 @click.group()

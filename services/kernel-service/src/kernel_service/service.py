@@ -52,6 +52,7 @@ from .replies import ENVIRONMENT_RETRIES, environment_fault, response_from
 from .result_cache import ResultCache, result_key
 from .schemas import EvaluateAnyRequest, EvaluateAnyResponse
 from .shared_run import SharedRun
+from .workers.artifacts import MAX_EXTENSIONS
 from .workers.build_cache import BUILT_MARKER, NODE_CACHE_MAX_ENV, BuildCache
 from .workers.executor import JobRunner
 from .workers.fast_builds import race_light_build
@@ -666,7 +667,7 @@ class KernelService(BenchmarkService):
         compile_s = float(res.get("compile_s", 0.0))
         if res.get("ok"):
             self.build_cache.mark_built(build_dir)
-            failed = [f for f in res.get("failed_builds") or [] if isinstance(f, dict)][:16]
+            failed = [f for f in res.get("failed_builds") or [] if isinstance(f, dict)][:MAX_EXTENSIONS]
             if failed:
                 self._failed_builds[str(build_dir)] = failed
                 while len(self._failed_builds) > FAILED_BUILDS_KEPT:
