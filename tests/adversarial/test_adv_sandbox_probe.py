@@ -148,3 +148,28 @@ def test_a_worker_starts_and_judges_under_the_launch_that_works(masked_proc: Pat
     assert iso["private_shm"] is True
     assert any(PROC_DENIED in f for f in iso["fallbacks"]), iso["fallbacks"]
     assert any(f.startswith("no PID namespace") for f in iso["fallbacks"]), iso["fallbacks"]
+
+
+def test_a_python_installed_under_tmp_is_bound_back_and_the_rest_of_tmp_stays_hidden(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Measured from a clean clone in /tmp: bwrap's ``--tmpfs /tmp`` hid the virtualenv, every bwrap
+    launch failed ("execvp .../.venv/bin/python: No such file or directory") and auto fell back to
+    unshare. What runs the worker is bound back read-only, nothing else of /tmp."""
+    site = tmp_path / "venv" / "lib" / "site-packages"
+    (site / "pkg").mkdir(parents=True)
+    (tmp_path / "other").mkdir()
+    monkeypatch.setattr(sys, "path", [*sys.path, str(site), str(site / "pkg")])
+    prefix = sandbox.launch_prefix("bwrap", writable=[tmp_path / "w"], pid_namespace=True)
+    binds = [prefix[i + 1] for i, a in enumerate(prefix) if a == "--ro-bind"]
+    assert str(site.resolve()) in binds
+    assert str((site / "pkg").resolve()) not in binds  # inside one bound already
+    assert not [b for b in binds if b.startswith(str(tmp_path / "other"))]
+    assert prefix.index("--tmpfs", prefix.index("/dev/shm")) < prefix.index(str(site.resolve()))
+    result = subprocess.run(
+        [*prefix, sys.executable, "-c", f"import os; print(os.path.isdir({str(site)!r}), os.listdir({str(tmp_path)!r}))"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split(" ", 1)[0] == "True"
+    assert "other" not in result.stdout, result.stdout

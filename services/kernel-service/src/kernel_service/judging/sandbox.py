@@ -190,6 +190,19 @@ def available_launcher(preferred: str = "auto") -> tuple[Launcher, tuple[str, ..
     return "none", tuple(why)
 
 
+def _python_dirs() -> list[Path]:
+    """This Python's install and every directory on its import path: what a worker started with it reads."""
+    dirs = [Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parent.parent]
+    return [*dirs, *(Path(p) for p in sys.path if p)]
+
+
+def _under_tmp(paths: Iterable[Path]) -> list[Path]:
+    """The existing ``paths`` inside /tmp, outermost only, each once."""
+    tmp = Path("/tmp").resolve()
+    found = sorted({p.resolve() for p in paths if p.exists() and tmp in p.resolve().parents})
+    return [p for i, p in enumerate(found) if not any(q in p.parents for q in found[:i])]
+
+
 def launch_prefix(
     launcher: Launcher,
     *,
@@ -223,6 +236,10 @@ def launch_prefix(
         cmd += ["--bind", "/proc", "/proc"]
     cmd += ["--unshare-net", "--unshare-ipc", "--unshare-uts", "--die-with-parent"]
     cmd += ["--tmpfs", "/tmp"]
+    # What runs the worker and lies under /tmp (a virtualenv or a checkout there) is bound back read-only:
+    # hidden with the rest of /tmp, the worker could not even start its Python.
+    for p in _under_tmp(_python_dirs()):
+        cmd += ["--ro-bind", str(p), str(p)]
     for p in hidden:
         p = Path(p).resolve()
         if p.is_dir():
