@@ -60,6 +60,11 @@ def cuda_solution(name: str, body: str) -> str:
 
 
 CUDA_OK = cuda_solution("ks_fused_ok", "float v = a[i] * b[i] + a[i]; out[i] = v > 0.f ? v : 0.f;")
+#: Built at import only where CUDA answers (as most model-written extensions guard it): the compile pool
+#: must build it all the same (``workers.lazy_builds``), or every side of its job builds it on the GPU.
+CUDA_GUARDED = cuda_solution(
+    "ks_fused_guarded", "float v = a[i] * b[i] + a[i]; out[i] = v > 0.f ? v : 0.f;"
+).replace("ext = load_inline(", "ext = None\nif torch.cuda.is_available():\n    ext = load_inline(")
 CUDA_WRONG = cuda_solution("ks_fused_wrong", "float v = a[i] * b[i]; out[i] = v > 0.f ? v : 0.f;")
 #: Writes a terabyte past the output: an illegal address that poisons the CUDA context.
 CUDA_OOB = cuda_solution("ks_fused_oob", "out[i + (1LL << 40)] = a[i];")

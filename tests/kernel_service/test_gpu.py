@@ -54,8 +54,8 @@ def _submit_all(url: str, subs: list[tuple[str, str, dict]]) -> list[KernelEvalR
 
 
 def test_gpu_kernels_outcomes_and_recovery(gpu_server: RunningServer) -> None:
-    # Submitted together: the four CUDA builds run in parallel on the CPU compile pool.
-    ok, tri, wrong, oob, hang = _submit_all(
+    # Submitted together: the five CUDA builds run in parallel on the CPU compile pool.
+    ok, tri, wrong, oob, hang, guarded = _submit_all(
         gpu_server.url,
         [
             (G.CUDA_OK, "cuda", {}),
@@ -63,15 +63,18 @@ def test_gpu_kernels_outcomes_and_recovery(gpu_server: RunningServer) -> None:
             (G.CUDA_WRONG, "cuda", {}),
             (G.CUDA_OOB, "cuda", {}),
             (G.CUDA_HANG, "cuda", {"timeout_s": 30}),
+            (G.CUDA_GUARDED, "cuda", {}),
         ],
     )
-    for res in (ok, tri):
+    for res in (ok, tri, guarded):
         assert res.outcome == "correct", f"{res.message}\n{res.compile_log}\n{res.traceback}"
         assert res.device and res.device.startswith("cuda") and (res.hardware or "").startswith("NVIDIA")
         assert res.speedup is not None and res.speedup > 1.2, res.speedup  # 1 fused kernel vs 3
         assert res.timing_method and "CUDA events" in res.timing_method
     # built on the compile pool, loaded by the GPU worker's sides as it is: their arch flags are the pool's
-    assert ok.phases is not None and ok.phases.get("worker_build") == 0.0, ok.phases
+    # (the guarded one too: its build, skipped by the compile worker's import, made in its run as the GPU)
+    for res in (ok, guarded):
+        assert res.phases is not None and res.phases.get("worker_build") == 0.0, res.phases
     assert wrong.outcome == "incorrect", wrong.message
     assert oob.outcome == "execution_failure", oob.message
     assert hang.outcome == "timeout", hang.message
@@ -179,14 +182,15 @@ def test_large_inputs_reach_each_side_before_its_untimed_calls(gpu_server: Runni
     solution = BIG_REF.replace("class Model(", "class ModelNew(")
     with httpx.Client(base_url=gpu_server.url, timeout=900) as c:
         r = c.post("/v1/evaluate", json={"reference": BIG_REF, "solution": solution,
-                                         "options": {**OPTS, "perf_trials": 5}})  # fmt: skip
+                                         "options": {**OPTS, "perf_trials": 10}})  # fmt: skip
     assert r.status_code == 200, r.text
     res = KernelEvalResponse.model_validate(r.json())
     assert res.outcome == "correct", res.message
     assert res.correctness_trials_passed == OPTS["correctness_trials"]
     # Its timed outputs are sampled inside the gate: that must not wait for the stream (it did, and every
-    # timed call then missed the gate and was measured up to four times).
-    assert res.timing_gate is not None and res.timing_gate["misses"] <= 3, res.timing_gate
+    # timed call then missed the gate and was measured up to four times). A side's first calls miss it too
+    # (lazy CUDA set-up: 3 or 4 misses a job on a 2x H200 host), so fewer misses than timed calls.
+    assert res.timing_gate is not None and res.timing_gate["misses"] < 10, res.timing_gate
 
 
 def test_sampling_an_output_never_waits_for_the_stream() -> None:

@@ -98,8 +98,56 @@ def test_builds_in_init_and_forward_are_made_on_the_compile_pool(tmp_path: Path)
     assert judged.result["phases"]["worker_build"] == 0.0, judged.result["phases"]
 
 
+#: Built at import only where CUDA answers (41 of the 73 extensions of CUDA-L1's first release ask), the
+#: others falling back to PyTorch: the compile worker's own import (no GPU) skips the build.
+SOL_GUARDED = (
+    SOL_LAZY.split("class ModelNew")[0]
+    + """
+ext = None
+if torch.cuda.is_available():
+    try:
+        ext = load_inline(name="ks_guarded_add", cpp_sources=ADD, functions=["add_cpu"], extra_cflags=["-O1"])
+    except RuntimeError:
+        ext = None
+
+class ModelNew(nn.Module):
+    def forward(self, a, b):
+        return ext.add_cpu(a, b) if ext is not None else a + b
+"""
+)
+
+
+def test_a_build_guarded_on_cuda_at_import_is_made_on_the_compile_pool(tmp_path: Path) -> None:
+    """With the judging GPUs' arch list (as the service gives its compile pool), the compile worker
+    imports the solution again where CUDA answers, so the build its import guards lands in the cache
+    (its own import, without a GPU, skips it; the GPU's sides would have built it)."""
+    build_dir = tmp_path / "build-cache" / "guarded"
+    job = {
+        "reference": S.REF_ADD,
+        "solution": SOL_GUARDED,
+        "backend": "cpp",
+        "build_dir": str(build_dir),
+        "options": {**S.FAST, "measure_performance": False, "timeout_s": 600},
+    }
+
+    async def scenario(env: dict[str, str]) -> Reply:
+        pool = WorkerPool(WorkerConfig(role="compile", root=tmp_path, env=env), [None])
+        await pool.start()
+        try:
+            reply, _ = await pool.run({**job, "job_id": "c1", "mode": "compile"}, 600)
+            return reply
+        finally:
+            await pool.close()
+
+    compiled = anyio.run(scenario, {"TORCH_CUDA_ARCH_LIST": "9.0"})
+    assert compiled.result is not None and compiled.result["ok"], compiled
+    assert "ks_guarded_add.so" in _libraries(build_dir), sorted(p.name for p in build_dir.rglob("*"))
+    assert [e["name"] for e in compiled.result["extensions"]] == ["ks_guarded_add"]
+    assert compiled.result["failed_builds"] == []
+
+
 def test_the_answer_counts_the_phases_in_which_the_worker_built(tmp_path: Path) -> None:
-    """``phases["worker_build"]``: a phase's seconds when a library was written during it, else 0."""
+    """``phases["worker_build"]``: a phase's seconds when a build wrote in the build dir during it, else 0."""
     from kernel_service.kernelbench.judge import _WorkerBuilds
 
     (tmp_path / "ext").mkdir()
@@ -107,6 +155,11 @@ def test_the_answer_counts_the_phases_in_which_the_worker_built(tmp_path: Path) 
     assert builds.written_during(2.5) == 0.0
     (tmp_path / "ext" / "ext.so").write_bytes(b"built while judged")
     assert builds.written_during(2.5) == 2.5
+    assert builds.written_during(1.0) == 0.0
+    # a build that fails writes no library, and took the phase's time all the same
+    (tmp_path / "failing").mkdir()
+    (tmp_path / "failing" / "build.ninja").write_text("rule cxx")
+    assert builds.written_during(3.0) == 3.0
     assert builds.written_during(1.0) == 0.0
 
 

@@ -147,23 +147,26 @@ def _tf32_flags(mode: str) -> dict[str, bool]:
 
 
 class _WorkerBuilds:
-    """Libraries written in the job's build dir while the eval worker judged it: a build the compile pool
-    did not make (a lazy one it did not reach: ``workers.lazy_builds``). ``written_during`` gives the
-    seconds of a phase in which one was written, 0 otherwise: ``phases["worker_build"]``, an upper bound on
-    the eval worker's build time (a GPU judging nothing meanwhile)."""
+    """Files written in the job's build dir while the eval worker judged it (a library, an object, the
+    ninja file, the sources: a build that fails leaves no library, and took the GPU's time all the same):
+    a build the compile pool did not make (one it did not reach: ``workers.lazy_builds``). Loading a built
+    extension writes nothing there (``load_inline`` rewrites a source only when it changed).
+    ``written_during`` gives the seconds of a phase in which one was written, 0 otherwise:
+    ``phases["worker_build"]``, an upper bound on the eval worker's build time (a GPU judging nothing)."""
 
     def __init__(self, build_dir: Path) -> None:
         self.dir = build_dir
-        self.seen = self._libraries()
+        self.seen: dict[Path, float] = {}
+        self.seen = self._files()
 
-    def _libraries(self) -> dict[Path, float]:
+    def _files(self) -> dict[Path, float]:
         try:
-            return {p: p.stat().st_mtime for p in self.dir.rglob("*.so")}
-        except OSError:
-            return {}
+            return {p: p.stat().st_mtime for p in self.dir.rglob("*") if p.is_file()}
+        except OSError:  # a file removed while listed (torch's build lock)
+            return dict(self.seen)
 
     def written_during(self, seconds: float) -> float:
-        now = self._libraries()
+        now = self._files()
         written = any(self.seen.get(p) != m for p, m in now.items())
         self.seen = now
         return seconds if written else 0.0

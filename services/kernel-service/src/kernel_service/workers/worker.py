@@ -446,7 +446,7 @@ def compile_only(job: Job, workdir: Path, env: Environment, report: PhaseReporte
             module = load_solution(job, workdir)
             if job.reference:  # the builds its ``__init__`` and first call start (``lazy_builds``)
                 budget = job.options.timeout_s - (time.perf_counter() - t0)
-                lazy_s = warm_lazy_builds(module, job.reference, workdir, built, budget)
+                lazy_s = warm_lazy_builds(module, job.reference, workdir, built, budget, job.solution)
     except HarnessError as err:
         build_error = "Error building extension" in (err.compile_log or "") or "ninja" in (err.tb or "")
         return {
