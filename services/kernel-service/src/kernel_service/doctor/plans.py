@@ -73,7 +73,7 @@ GPU = Plan(
         Pair("illegal_address_in_timing", "gpu_ref_add", "gpu_fault_triton_timing", "triton"),
         Pair("illegal_address_first_call", "gpu_ref_add", "gpu_fault_triton_first", "triton"),
     ],
-    faults_quick=1,
+    faults_quick=2,  # both: with one, the service put all 6 of 3 rounds on gpu1 (2x H200); both take 1 round
     fault_honest=[
         Pair("add_4096x4096", "gpu_ref_add"),
         Pair("triton_add_4096x4096", "gpu_ref_add", "gpu_honest_triton_add", "triton"),
