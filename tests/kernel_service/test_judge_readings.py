@@ -501,6 +501,8 @@ def test_under_mps_an_own_baseline_retimes_calls_under_the_level_match_in_fresh_
     assert asked == timed
     assert started == timed[1:]  # a fresh pair before every timing after the first, own where it counts
     assert got["gate"].get("process_pairs", 1.0) == pairs
+    # what a further pair cost, started and timed (the corpus's short calls spend ~10 s a job on them)
+    assert ("pair_start_s" in got["gate"] and "pair_time_s" in got["gate"]) == (pairs > 1), got["gate"]
 
 
 SLOW_DOUBLE = """

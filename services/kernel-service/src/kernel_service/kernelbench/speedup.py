@@ -433,12 +433,20 @@ def _pairs(
         return first
     timings = [first]
     budget = job.options.timeout_s * TIMING_BUDGET_SHARE
+    start_s = time_s = 0.0  # what a pair costs, started and timed: the gate's pair_start_s, pair_time_s
     while len(timings) < SHORT_PAIRS and time.perf_counter() - started < budget:
+        t0 = time.perf_counter()
         run.start_pair(own=own)
+        t1 = time.perf_counter()
         timings.append(time_pair(own))
+        start_s, time_s = start_s + t1 - t0, time_s + time.perf_counter() - t1
         if timings[-1]["mismatch"]:
             return timings[-1]
-    return _pooled(timings)
+    pooled = _pooled(timings)
+    if len(timings) > 1:
+        extra = len(timings) - 1
+        pooled["gate"].update(pair_start_s=round(start_s / extra, 3), pair_time_s=round(time_s / extra, 3))
+    return pooled
 
 
 def _pooled(timings: list[dict[str, Any]]) -> dict[str, Any]:
