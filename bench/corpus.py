@@ -39,8 +39,8 @@ the first release's 73 extensions are written). Their ``timing_s`` side by side 
 candidate's timing costs against a PyTorch one's.
 
 Per evaluation (the kernel service's answer in each EvalResult's details): worker seconds are
-``elapsed.total_s - queue_s - compile_s`` (the eval worker's time on the task, without waiting for a
-slot or the compile pool), ``gpu_build_s`` sums ``phases.worker_build`` (an eval worker building a
+``elapsed.total_s - queue_s`` less the compile pool's time (``compile_s - phases.load``: the answer's
+``compile_s`` includes the eval worker's load), the eval worker's time on the task; ``gpu_build_s`` sums ``phases.worker_build`` (an eval worker building a
 library itself, its GPU judging nothing meanwhile); ``gpu_busy_share`` = worker seconds / (wall x GPUs).
 """
 
@@ -167,11 +167,10 @@ def _row(ev: EvalResult) -> dict[str, Any]:
     elapsed = d.get("elapsed") if isinstance(d.get("elapsed"), dict) else {}
     phases = d.get("phases") if isinstance(d.get("phases"), dict) else {}
     total = _num(elapsed.get("total_s"))
-    worker_s = (
-        total - (_num(elapsed.get("queue_s")) or 0.0) - (_num(elapsed.get("compile_s")) or 0.0)
-        if total is not None
-        else None
-    )
+    # the answer's compile_s is the compile pool's time plus the eval worker's load phase (its own
+    # imports and builds, on the GPU's clock): only the pool's is not the worker's
+    pool_s = (_num(elapsed.get("compile_s")) or 0.0) - (_num(phases.get("load")) or 0.0)
+    worker_s = total - (_num(elapsed.get("queue_s")) or 0.0) - pool_s if total is not None else None
     return {
         "task_id": ev.task_id,
         "level": d.get("level"),

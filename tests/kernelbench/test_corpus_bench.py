@@ -75,6 +75,24 @@ def test_each_verdict_has_its_family(
     assert corpus.family(outcome, message, max_abs) == expected
 
 
+def test_a_tasks_worker_time_keeps_the_eval_workers_load(corpus: ModuleType) -> None:
+    """The answer's ``compile_s`` is the compile pool's time plus the eval worker's load phase; a load
+    that builds on the GPU (61 s for one task of the first corpus run) is the worker's time."""
+    from benchmark_runner.schemas import EvalResult
+
+    details = {
+        "outcome": "correct",
+        "elapsed": {"queue_s": 50.0, "compile_s": 61.6, "total_s": 240.0},
+        "phases": {"load": 61.5, "correctness": 0.1, "timing": 123.5, "worker_build": 61.5},
+    }
+    ev = EvalResult.model_validate(
+        {"task_id": "L1_27", "model": "solutions", "data": {"status": "correct", "details": details}}
+    )
+    row = corpus._row(ev)
+    assert row["worker_s"] == pytest.approx(240.0 - 50.0 - 0.1)
+    assert row["build_s"] == 61.5
+
+
 def ref(body: str, n_inputs: int) -> str:
     args = ", ".join("abcd"[:n_inputs])
     inputs = ", ".join(["torch.randn(4, 8)"] * n_inputs)
