@@ -140,7 +140,16 @@ def test_split_batch_gives_every_worker_a_job_and_bounds_the_job_size() -> None:
     assert [len(r) for r in split_batch(3, 8)] == [1, 1, 1]
     assert [len(r) for r in split_batch(10, 2)] == [5, 5]
     chunks = split_batch(300, 1, max_per_job=128)
-    assert [len(r) for r in chunks] == [100, 100, 100] and chunks[0].start == 0 and chunks[-1].stop == 300
+    assert [len(r) for r in chunks] == [100, 100, 100]
+    assert sorted(i for r in chunks for i in r) == list(range(300))  # every op once
+    assert split_batch(300, 1, max_per_job=128) == chunks  # the same batch, the same chunks: ops stay warm
+
+
+def test_split_batch_spreads_ops_that_sit_together() -> None:
+    """Costly ops come together in a suite's name order; two workers' chunks must share them."""
+    costs = [10.0] * 40 + [1.0] * 244  # the first 40 ops cost ten times the rest
+    first, second = (sum(costs[i] for i in r) for r in split_batch(len(costs), 2))
+    assert max(first, second) / min(first, second) < 1.05, (first, second)
 
 
 def test_the_kernel_never_sees_an_input_the_op_rejects() -> None:
