@@ -288,6 +288,8 @@ def main() -> int:
             "eval_s_total": sum(evals),
             "eval_s_median": evals[len(evals) // 2] if evals else None,
             "slowest": sorted(((r["eval_s"] or 0.0, r["op"]) for r in rows), reverse=True)[:10],
+            # the last run's judge seconds of each op: the same op on one GPU and on two, side by side
+            "eval_s_by_op": {r["op"]: round(r["eval_s"] or 0.0, 4) for r in rows},
             "max_wall_s": args.max_wall,
         },
         "self_check": {
