@@ -170,8 +170,11 @@ def usable_build_dir(build_dir: Path, workdir: Path) -> str:
 
 def load_solution(job: Job, workdir: Path) -> ModuleType:
     """Import the solution (this runs its ``load_inline`` calls); failures are compilation failures."""
+    from ..workers.build_relocation import relocate_builds
+
     os.environ["TORCH_EXTENSIONS_DIR"] = usable_build_dir(Path(job.build_dir), workdir)
     reset_extension_versioner()
+    relocate_builds()
     try:
         module = load_module(job.solution, "solution", workdir)
     except BaseException as exc:  # SystemExit included: a solution must not end the worker

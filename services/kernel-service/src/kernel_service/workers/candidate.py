@@ -86,8 +86,10 @@ class Side:
 
     def op_load_model(self, msg: dict[str, Any]) -> dict[str, Any]:
         from ..judging.harness import build_model, load_module, precision_dtype, reset_extension_versioner
+        from .build_relocation import relocate_builds
 
         reset_extension_versioner()
+        relocate_builds()  # a build in a directory of the submission's: the compile pool's, loaded
         if msg.get("prebuilt"):  # an installed artifact: its extensions load without a build
             from .artifacts import seed_prebuilt
 

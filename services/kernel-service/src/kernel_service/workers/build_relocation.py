@@ -1,0 +1,150 @@
+"""Builds a submission makes outside the build cache, made inside it: one build for all of its processes.
+
+Why: model-written solutions often write their sources into a fresh ``tempfile.mkdtemp()`` and call
+``torch.utils.cpp_extension.load(sources=[tmp/x.cu], build_directory=tmp)`` (4 of CUDA-L1's first release,
+1 of its revision). Every process that imports such a solution then builds from scratch in a directory of
+its own, and ninja, whose build file names the random paths, rebuilds even in a shared one: the compile
+pool's build is never used, and each fresh side of the job (eight pairs of them for a call under 10 us)
+compiles again on the GPU worker's clock, 30-60 s each.
+
+So in every process that loads a solution (the compile worker, its forked lazy-build run, the candidate's
+sides), :func:`relocate_builds` wraps torch's ``_jit_compile``: a build whose sources or build directory
+lie outside ``TORCH_EXTENSIONS_DIR`` (the job's build dir) is made in ``relocated/<name>-<key>`` under it,
+``<key>`` the hash of the extension's name, its flags and the bytes of every file of its sources'
+directory, which are copied there (its C/C++/CUDA files, bounded: ``MAX_FILES``, ``MAX_BYTES``; a header
+beside a source keeps working). Identical solutions in any process then name the same paths, so the compile pool builds and
+every side only loads (ninja finds nothing to do), and the recorded build (``artifacts.recording_builds``,
+``failed_builds``) covers it like a ``load_inline`` one. Files are written only when their bytes differ, so
+an unchanged source keeps its time stamp. Anything else (sources in several directories, a directory too
+large, a source that is not a regular file) builds where the solution asked, as before. Nothing here
+decides a verdict: the same sources and flags build the same extension, in another directory.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+#: The most files, and bytes, of a sources' directory copied into the build cache (else not relocated).
+MAX_FILES = 64
+MAX_BYTES = 16 * 1024 * 1024
+#: What of the sources' directory is copied besides the sources: what a source may include.
+SOURCE_SUFFIXES = frozenset({".c", ".cc", ".cpp", ".cxx", ".cu", ".cuh", ".h", ".hh", ".hpp", ".inl", ".inc"})
+RELOCATED_DIR = "relocated"
+_MARK = "_ks_relocating"
+
+
+def _inside(path: str, root: str) -> bool:
+    return os.path.commonpath([os.path.realpath(path), root]) == root
+
+
+def _files_of(directory: str, sources: set[str]) -> list[Path] | None:
+    """``sources`` and the other C/C++/CUDA files directly in ``directory`` (what a source may include),
+    if few and small enough to copy; else None."""
+    files, total = [], 0
+    try:
+        entries = sorted(os.scandir(directory), key=lambda e: e.name)
+    except OSError:
+        return None
+    for entry in entries:
+        if entry.is_symlink():
+            continue
+        if entry.is_file() and (entry.name in sources or Path(entry.name).suffix in SOURCE_SUFFIXES):
+            total += entry.stat().st_size
+            files.append(Path(entry.path))
+        if len(files) > MAX_FILES or total > MAX_BYTES:
+            return None
+    return files
+
+
+def _write_if_changed(path: Path, data: bytes) -> None:
+    try:
+        if path.read_bytes() == data:
+            return
+    except OSError:
+        pass
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def relocation(
+    root: str, name: str, sources: list[str], build_directory: str, flags: list[Any], include_paths: Any
+) -> tuple[list[str], str, list[str]] | None:
+    """Where a build of ``sources`` into ``build_directory`` is made instead (its sources, its build dir
+    and its include paths, the sources' directory among them moved too), or None to build as asked.
+    ``flags``: the build's other flags, which name it with its files' bytes."""
+    root = os.path.realpath(root)
+    if not sources or (_inside(build_directory, root) and all(_inside(s, root) for s in sources)):
+        return None
+    if not all(os.path.isfile(s) and not os.path.islink(s) for s in sources):
+        return None
+    dirs = {os.path.dirname(os.path.abspath(s)) for s in sources}
+    if len(dirs) != 1:
+        return None
+    (src_dir,) = dirs
+    files = _files_of(src_dir, {os.path.basename(s) for s in sources})
+    if files is None:
+        return None
+    contents = {f.name: f.read_bytes() for f in files}
+    includes = [str(p) for p in include_paths or []]
+    # the sources' directory, a random name, is named by its contents only
+    named = [("<sources>" if os.path.abspath(p) == src_dir else p) for p in includes]
+    digest = hashlib.sha256(json.dumps([name, flags, named], default=str).encode())
+    for file_name, data in contents.items():
+        digest.update(file_name.encode() + b"\0" + hashlib.sha256(data).digest())
+    dest = Path(root) / RELOCATED_DIR / f"{name}-{digest.hexdigest()[:16]}"
+    dest.mkdir(parents=True, exist_ok=True)
+    for file_name, data in contents.items():
+        _write_if_changed(dest / file_name, data)
+    moved = [str(dest / os.path.basename(s)) for s in sources]
+    return moved, str(dest), [(str(dest) if n == "<sources>" else n) for n in named]
+
+
+def relocate_builds() -> None:
+    """Wrap ``cpp_extension._jit_compile`` in this process (once) so that builds outside the job's build
+    dir are made inside it (see the module docstring)."""
+    from torch.utils import cpp_extension
+
+    original = cpp_extension._jit_compile
+    if getattr(original, _MARK, False):
+        return
+
+    @functools.wraps(original)
+    def jit_compile(
+        name: str,
+        sources: list[str],
+        extra_cflags: Any,
+        extra_cuda_cflags: Any,
+        extra_sycl_cflags: Any,
+        extra_ldflags: Any,
+        extra_include_paths: Any,
+        build_directory: str,
+        *rest: Any,
+        **kwargs: Any,
+    ) -> Any:
+        root = os.environ.get("TORCH_EXTENSIONS_DIR")
+        flags = [extra_cflags, extra_cuda_cflags, extra_sycl_cflags, extra_ldflags]
+        try:
+            moved = (
+                relocation(root, name, list(sources), build_directory, flags, extra_include_paths)
+                if root
+                else None
+            )
+        except OSError:
+            moved = None
+        if moved is not None:
+            sources, build_directory, includes = moved
+            if extra_include_paths:
+                extra_include_paths = includes
+        return original(name, sources, extra_cflags, extra_cuda_cflags, extra_sycl_cflags, extra_ldflags,
+                        extra_include_paths, build_directory, *rest, **kwargs)  # fmt: skip
+
+    setattr(jit_compile, _MARK, True)
+    cpp_extension._jit_compile = jit_compile

@@ -1,0 +1,119 @@
+"""A build a submission makes in a temporary directory of its own is made once, in the build cache (issue 51).
+
+Model-written solutions write their sources into ``tempfile.mkdtemp()`` and call ``load(sources=...,
+build_directory=tmp)``: each process that imports them built from scratch (the compile pool's build lost,
+every fresh side of the job compiling again on the GPU worker). One real solution here does that with a
+header beside its source (compiled for real, C++); the compile worker must build it in the job's build
+dir, and the eval worker only load it.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+import anyio
+import ks_sources as S
+from kernel_service.workers.build_relocation import relocation
+from kernel_service.workers.pool import Reply, WorkerConfig, WorkerPool
+
+SOL_TEMP_DIR = r'''
+import os
+import tempfile
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load
+
+HEADER = "inline float ks_plus(float a, float b) { return a + b; }\n"
+SOURCE = r"""
+#include <torch/extension.h>
+#include "ks_plus.h"
+torch::Tensor add_cpu(torch::Tensor a, torch::Tensor b) {
+    auto a_c = a.contiguous(), b_c = b.contiguous();
+    auto out = torch::empty_like(a_c);
+    const float* pa = a_c.data_ptr<float>();
+    const float* pb = b_c.data_ptr<float>();
+    float* po = out.data_ptr<float>();
+    for (int64_t i = 0; i < a_c.numel(); ++i) po[i] = ks_plus(pa[i], pb[i]);
+    return out;
+}
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("add_cpu", &add_cpu); }
+"""
+
+tmp = tempfile.mkdtemp()
+for name, text in (("ks_plus.h", HEADER), ("ks_temp_add.cpp", SOURCE)):
+    with open(os.path.join(tmp, name), "w") as f:
+        f.write(text)
+ext = load(name="ks_temp_add", sources=[os.path.join(tmp, "ks_temp_add.cpp")], build_directory=tmp,
+           extra_cflags=["-O1"])
+
+class ModelNew(nn.Module):
+    def forward(self, a, b):
+        return ext.add_cpu(a, b)
+'''
+
+
+def _libraries(root: Path) -> dict[str, float]:
+    return {str(p.relative_to(root)): p.stat().st_mtime for p in root.rglob("*.so")}
+
+
+def test_a_build_in_a_temporary_directory_is_made_once_in_the_build_cache(tmp_path: Path) -> None:
+    build_dir = tmp_path / "build-cache" / "temp-dir"
+    job = {
+        "reference": S.REF_ADD,
+        "solution": SOL_TEMP_DIR,
+        "backend": "cpp",
+        "build_dir": str(build_dir),
+        "options": {**S.FAST, "measure_performance": False, "timeout_s": 600},
+    }
+
+    async def scenario() -> tuple[Reply, dict[str, float], Reply]:
+        compile_pool = WorkerPool(WorkerConfig(role="compile", root=tmp_path), [None])
+        eval_pool = WorkerPool(WorkerConfig(role="eval", root=tmp_path), [None])
+        await compile_pool.start()
+        await eval_pool.start()
+        try:
+            compiled, _ = await compile_pool.run({**job, "job_id": "c1", "mode": "compile"}, 600)
+            built = _libraries(build_dir)
+            time.sleep(1.1)  # a rebuild would show in the library's mtime
+            judged, _ = await eval_pool.run({**job, "job_id": "e1", "mode": "eval"}, 600)
+            return compiled, built, judged
+        finally:
+            await compile_pool.close()
+            await eval_pool.close()
+
+    compiled, built, judged = anyio.run(scenario)
+    assert compiled.result is not None and compiled.result["ok"], compiled
+    assert [Path(p).name for p in built] == ["ks_temp_add.so"], built
+    assert next(iter(built)).startswith("relocated/ks_temp_add-"), built
+    assert judged.result is not None and judged.result["outcome"] == "correct", judged
+    assert _libraries(build_dir) == built, "the eval worker built the library again instead of loading it"
+    assert judged.result["phases"]["worker_build"] == 0.0, judged.result["phases"]
+    # nor in a directory of its own (the build cache unchanged, but the compile's seconds in its load)
+    load_s, compile_s = judged.result["phases"]["load"], compiled.result["compile_s"]
+    assert load_s < max(5.0, compile_s / 3), (load_s, compile_s)
+
+
+def test_only_builds_outside_the_build_dir_move_and_their_place_is_named_by_contents(tmp_path: Path) -> None:
+    root = tmp_path / "cache"
+    root.mkdir()
+    inside = root / "ext"
+    inside.mkdir()
+    (inside / "a.cpp").write_text("int a;")
+    assert relocation(str(root), "ext", [str(inside / "a.cpp")], str(inside), [], None) is None
+
+    def temp_build(text: str) -> tuple[list[str], str, list[str]] | None:
+        tmp = Path(tempfile.mkdtemp(dir=tmp_path))
+        (tmp / "a.cpp").write_text(text)
+        (tmp / "a.h").write_text("#define A 1")
+        (tmp / "notes.txt").write_text("not a source")
+        return relocation(str(root), "ext", [str(tmp / "a.cpp")], str(tmp), [["-O1"]], [str(tmp)])
+
+    first, again, other = temp_build("int a;"), temp_build("int a;"), temp_build("int b;")
+    assert first is not None and again is not None and other is not None
+    assert first == again  # two processes' random directories, one place
+    assert other[1] != first[1]  # other bytes, another place
+    sources, dest, includes = first
+    assert includes == [dest] and sources == [str(Path(dest) / "a.cpp")]
+    assert sorted(p.name for p in Path(dest).iterdir()) == ["a.cpp", "a.h"]  # the header beside it, no notes
