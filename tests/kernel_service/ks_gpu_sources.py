@@ -65,6 +65,22 @@ CUDA_OK = cuda_solution("ks_fused_ok", "float v = a[i] * b[i] + a[i]; out[i] = v
 CUDA_GUARDED = cuda_solution(
     "ks_fused_guarded", "float v = a[i] * b[i] + a[i]; out[i] = v > 0.f ? v : 0.f;"
 ).replace("ext = load_inline(", "ext = None\nif torch.cuda.is_available():\n    ext = load_inline(")
+#: Built with ``load()`` from sources written into a temporary directory of its own (as some model-written
+#: solutions do): the compile pool must build it in the build cache (``workers.build_relocation``), or each
+#: process of the job builds it from scratch.
+CUDA_TEMP_DIR = cuda_solution(
+    "ks_fused_tmpdir", "float v = a[i] * b[i] + a[i]; out[i] = v > 0.f ? v : 0.f;"
+).replace(
+    'ext = load_inline(name="ks_fused_tmpdir", cpp_sources=cpp_source, cuda_sources=cuda_source, functions=["fused"],\n'
+    '                  extra_cuda_cflags=["-O3"])',
+    "import os, tempfile\n"
+    "from torch.utils.cpp_extension import load\n"
+    "_tmp = tempfile.mkdtemp()\n"
+    'with open(os.path.join(_tmp, "fused.cu"), "w") as f:\n'
+    "    f.write(cuda_source + 'PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def(\"fused\", &fused); }\\n')\n"
+    'ext = load(name="ks_fused_tmpdir", sources=[os.path.join(_tmp, "fused.cu")], build_directory=_tmp,\n'
+    '           extra_cuda_cflags=["-O3"])',
+)
 CUDA_WRONG = cuda_solution("ks_fused_wrong", "float v = a[i] * b[i]; out[i] = v > 0.f ? v : 0.f;")
 #: Writes a terabyte past the output: an illegal address that poisons the CUDA context.
 CUDA_OOB = cuda_solution("ks_fused_oob", "out[i + (1LL << 40)] = a[i];")

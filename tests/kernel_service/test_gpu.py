@@ -54,8 +54,8 @@ def _submit_all(url: str, subs: list[tuple[str, str, dict]]) -> list[KernelEvalR
 
 
 def test_gpu_kernels_outcomes_and_recovery(gpu_server: RunningServer) -> None:
-    # Submitted together: the five CUDA builds run in parallel on the CPU compile pool.
-    ok, tri, wrong, oob, hang, guarded = _submit_all(
+    # Submitted together: the six CUDA builds run in parallel on the CPU compile pool.
+    ok, tri, wrong, oob, hang, guarded, tmpdir = _submit_all(
         gpu_server.url,
         [
             (G.CUDA_OK, "cuda", {}),
@@ -64,17 +64,21 @@ def test_gpu_kernels_outcomes_and_recovery(gpu_server: RunningServer) -> None:
             (G.CUDA_OOB, "cuda", {}),
             (G.CUDA_HANG, "cuda", {"timeout_s": 30}),
             (G.CUDA_GUARDED, "cuda", {}),
+            (G.CUDA_TEMP_DIR, "cuda", {}),
         ],
     )
-    for res in (ok, tri, guarded):
+    for res in (ok, tri, guarded, tmpdir):
         assert res.outcome == "correct", f"{res.message}\n{res.compile_log}\n{res.traceback}"
         assert res.device and res.device.startswith("cuda") and (res.hardware or "").startswith("NVIDIA")
         assert res.speedup is not None and res.speedup > 1.2, res.speedup  # 1 fused kernel vs 3
         assert res.timing_method and "CUDA events" in res.timing_method
     # built on the compile pool, loaded by the GPU worker's sides as it is: their arch flags are the pool's
-    # (the guarded one too: its build, skipped by the compile worker's import, made in its run as the GPU)
-    for res in (ok, guarded):
+    # (the guarded one too: its build, skipped by the compile worker's import, made in its run as the GPU;
+    # and the one built in a temporary directory of its own, moved into the build cache): none builds in
+    # its sides, in the build dir or anywhere else (a CUDA build takes tens of seconds)
+    for res in (ok, guarded, tmpdir):
         assert res.phases is not None and res.phases.get("worker_build") == 0.0, res.phases
+        assert res.phases["load"] < 10.0, res.phases
     assert wrong.outcome == "incorrect", wrong.message
     assert oob.outcome == "execution_failure", oob.message
     assert hang.outcome == "timeout", hang.message
