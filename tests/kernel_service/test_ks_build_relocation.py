@@ -10,13 +10,10 @@ dir, and the eval worker only load it.
 from __future__ import annotations
 
 import tempfile
-import time
 from pathlib import Path
 
-import anyio
-import ks_sources as S
 from kernel_service.workers.build_relocation import relocation
-from kernel_service.workers.pool import Reply, WorkerConfig, WorkerPool
+from ks_build_jobs import build_job, compile_then_judge, libraries
 
 SOL_TEMP_DIR = r'''
 import os
@@ -54,41 +51,14 @@ class ModelNew(nn.Module):
 '''
 
 
-def _libraries(root: Path) -> dict[str, float]:
-    return {str(p.relative_to(root)): p.stat().st_mtime for p in root.rglob("*.so")}
-
-
 def test_a_build_in_a_temporary_directory_is_made_once_in_the_build_cache(tmp_path: Path) -> None:
     build_dir = tmp_path / "build-cache" / "temp-dir"
-    job = {
-        "reference": S.REF_ADD,
-        "solution": SOL_TEMP_DIR,
-        "backend": "cpp",
-        "build_dir": str(build_dir),
-        "options": {**S.FAST, "measure_performance": False, "timeout_s": 600},
-    }
-
-    async def scenario() -> tuple[Reply, dict[str, float], Reply]:
-        compile_pool = WorkerPool(WorkerConfig(role="compile", root=tmp_path), [None])
-        eval_pool = WorkerPool(WorkerConfig(role="eval", root=tmp_path), [None])
-        await compile_pool.start()
-        await eval_pool.start()
-        try:
-            compiled, _ = await compile_pool.run({**job, "job_id": "c1", "mode": "compile"}, 600)
-            built = _libraries(build_dir)
-            time.sleep(1.1)  # a rebuild would show in the library's mtime
-            judged, _ = await eval_pool.run({**job, "job_id": "e1", "mode": "eval"}, 600)
-            return compiled, built, judged
-        finally:
-            await compile_pool.close()
-            await eval_pool.close()
-
-    compiled, built, judged = anyio.run(scenario)
+    compiled, built, judged = compile_then_judge(tmp_path, build_job(SOL_TEMP_DIR, build_dir))
     assert compiled.result is not None and compiled.result["ok"], compiled
     assert [Path(p).name for p in built] == ["ks_temp_add.so"], built
     assert next(iter(built)).startswith("relocated/ks_temp_add-"), built
     assert judged.result is not None and judged.result["outcome"] == "correct", judged
-    assert _libraries(build_dir) == built, "the eval worker built the library again instead of loading it"
+    assert libraries(build_dir) == built, "the eval worker built the library again instead of loading it"
     assert judged.result["phases"]["worker_build"] == 0.0, judged.result["phases"]
     # nor in a directory of its own (the build cache unchanged, but the compile's seconds in its load)
     load_s, compile_s = judged.result["phases"]["load"], compiled.result["compile_s"]

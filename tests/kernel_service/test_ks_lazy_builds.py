@@ -8,14 +8,13 @@ neither library is written again while it is judged.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
 import anyio
 import ks_sources as S
 from kernel_service.workers.lazy_builds import target_capability
-from kernel_service.workers.pool import Reply, WorkerConfig, WorkerPool
+from ks_build_jobs import build_job, compile_only, compile_then_judge, libraries
 
 SOL_LAZY = r'''
 import torch
@@ -60,41 +59,16 @@ class ModelNew(nn.Module):
 '''
 
 
-def _libraries(root: Path) -> dict[str, float]:
-    return {p.name: p.stat().st_mtime for p in root.rglob("*.so")}
-
-
 def test_builds_in_init_and_forward_are_made_on_the_compile_pool(tmp_path: Path) -> None:
     build_dir = tmp_path / "build-cache" / "lazy"
-    job = {
-        "reference": S.REF_ADD,
-        "solution": SOL_LAZY,
-        "backend": "cpp",
-        "build_dir": str(build_dir),
-        "options": {**S.FAST, "measure_performance": False, "timeout_s": 600},
-    }
-
-    async def scenario() -> tuple[Reply, dict[str, float], Reply]:
-        compile_pool = WorkerPool(WorkerConfig(role="compile", root=tmp_path), [None])
-        eval_pool = WorkerPool(WorkerConfig(role="eval", root=tmp_path), [None])
-        await compile_pool.start()
-        await eval_pool.start()
-        try:
-            compiled, _ = await compile_pool.run({**job, "job_id": "c1", "mode": "compile"}, 600)
-            built = _libraries(build_dir)
-            time.sleep(1.1)  # a rebuild would show in the libraries' mtimes
-            judged, _ = await eval_pool.run({**job, "job_id": "e1", "mode": "eval"}, 600)
-            return compiled, built, judged
-        finally:
-            await compile_pool.close()
-            await eval_pool.close()
-
-    compiled, built, judged = anyio.run(scenario)
+    compiled, built, judged = compile_then_judge(tmp_path, build_job(SOL_LAZY, build_dir))
     assert compiled.result is not None and compiled.result["ok"], compiled
-    assert {"ks_lazy_init_add.so", "ks_lazy_forward_half.so"} <= set(built), built
+    assert {"ks_lazy_init_add/ks_lazy_init_add.so", "ks_lazy_forward_half/ks_lazy_forward_half.so"} <= set(
+        built
+    ), built
     assert {e["name"] for e in compiled.result["extensions"]} >= {"ks_lazy_init_add", "ks_lazy_forward_half"}
     assert judged.result is not None and judged.result["outcome"] == "correct", judged
-    assert _libraries(build_dir) == built, "the eval worker built a library again instead of loading it"
+    assert libraries(build_dir) == built, "the eval worker built a library again instead of loading it"
     assert judged.result["phases"]["worker_build"] == 0.0, judged.result["phases"]
 
 
@@ -122,26 +96,10 @@ def test_a_build_guarded_on_cuda_at_import_is_made_on_the_compile_pool(tmp_path:
     imports the solution again where CUDA answers, so the build its import guards lands in the cache
     (its own import, without a GPU, skips it; the GPU's sides would have built it)."""
     build_dir = tmp_path / "build-cache" / "guarded"
-    job = {
-        "reference": S.REF_ADD,
-        "solution": SOL_GUARDED,
-        "backend": "cpp",
-        "build_dir": str(build_dir),
-        "options": {**S.FAST, "measure_performance": False, "timeout_s": 600},
-    }
-
-    async def scenario(env: dict[str, str]) -> Reply:
-        pool = WorkerPool(WorkerConfig(role="compile", root=tmp_path, env=env), [None])
-        await pool.start()
-        try:
-            reply, _ = await pool.run({**job, "job_id": "c1", "mode": "compile"}, 600)
-            return reply
-        finally:
-            await pool.close()
-
-    compiled = anyio.run(scenario, {"TORCH_CUDA_ARCH_LIST": "9.0"})
+    job = build_job(SOL_GUARDED, build_dir)
+    compiled, built = compile_only(tmp_path, job, {"TORCH_CUDA_ARCH_LIST": "9.0"})
     assert compiled.result is not None and compiled.result["ok"], compiled
-    assert "ks_guarded_add.so" in _libraries(build_dir), sorted(p.name for p in build_dir.rglob("*"))
+    assert list(built) == ["ks_guarded_add/ks_guarded_add.so"], sorted(p.name for p in build_dir.rglob("*"))
     assert [e["name"] for e in compiled.result["extensions"]] == ["ks_guarded_add"]
     assert compiled.result["failed_builds"] == []
 
