@@ -66,7 +66,7 @@ CUDA_GUARDED = cuda_solution(
     "ks_fused_guarded", "float v = a[i] * b[i] + a[i]; out[i] = v > 0.f ? v : 0.f;"
 ).replace("ext = load_inline(", "ext = None\nif torch.cuda.is_available():\n    ext = load_inline(")
 #: Built with ``load()`` from sources written into a temporary directory of its own (as some model-written
-#: solutions do): the compile pool must build it in the build cache (``workers.build_relocation``), or each
+#: solutions do): the compile pool must build it in the build cache (``judging.build_relocation``), or each
 #: process of the job builds it from scratch.
 CUDA_TEMP_DIR = cuda_solution(
     "ks_fused_tmpdir", "float v = a[i] * b[i] + a[i]; out[i] = v > 0.f ? v : 0.f;"

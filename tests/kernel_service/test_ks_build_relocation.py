@@ -12,7 +12,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from kernel_service.workers.build_relocation import relocation
+from kernel_service.judging.build_relocation import relocation
 from ks_build_jobs import build_job, compile_then_judge, libraries
 
 SOL_TEMP_DIR = r'''

@@ -170,7 +170,7 @@ def usable_build_dir(build_dir: Path, workdir: Path) -> str:
 
 def load_solution(job: Job, workdir: Path) -> ModuleType:
     """Import the solution (this runs its ``load_inline`` calls); failures are compilation failures."""
-    from ..workers.build_relocation import relocate_builds
+    from .build_relocation import relocate_builds
 
     os.environ["TORCH_EXTENSIONS_DIR"] = usable_build_dir(Path(job.build_dir), workdir)
     reset_extension_versioner()

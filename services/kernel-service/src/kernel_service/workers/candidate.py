@@ -85,8 +85,8 @@ class Side:
         return {"ok": True, "pid": os.getpid()}
 
     def op_load_model(self, msg: dict[str, Any]) -> dict[str, Any]:
+        from ..judging.build_relocation import relocate_builds
         from ..judging.harness import build_model, load_module, precision_dtype, reset_extension_versioner
-        from .build_relocation import relocate_builds
 
         reset_extension_versioner()
         relocate_builds()  # a build in a directory of the submission's: the compile pool's, loaded
