@@ -40,8 +40,9 @@ candidate's timing costs against a PyTorch one's.
 
 Per evaluation (the kernel service's answer in each EvalResult's details): worker seconds are
 ``elapsed.total_s - queue_s`` less the compile pool's time (``compile_s - phases.load``: the answer's
-``compile_s`` includes the eval worker's load), the eval worker's time on the task; ``gpu_build_s`` sums ``phases.worker_build`` (an eval worker building a
-library itself, its GPU judging nothing meanwhile); ``gpu_busy_share`` = worker seconds / (wall x GPUs).
+``compile_s`` includes the eval worker's load), the eval worker's time on the task; ``gpu_build_s``
+sums ``phases.worker_build`` (an eval worker building a library itself, its GPU judging nothing
+meanwhile); ``gpu_busy_share`` = worker seconds / (wall x GPUs).
 """
 
 from __future__ import annotations

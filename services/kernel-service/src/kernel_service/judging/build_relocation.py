@@ -12,9 +12,9 @@ sides), :func:`relocate_builds` wraps torch's ``_jit_compile``: a build whose so
 lie outside ``TORCH_EXTENSIONS_DIR`` (the job's build dir) is made in ``relocated/<name>-<key>`` under it,
 ``<key>`` the hash of the extension's name, its flags and the bytes of every file of its sources'
 directory, which are copied there (its C/C++/CUDA files, bounded: ``MAX_FILES``, ``MAX_BYTES``; a header
-beside a source keeps working). Identical solutions in any process then name the same paths, so the compile pool builds and
-every side only loads (ninja finds nothing to do), and the recorded build (``artifacts.recording_builds``,
-``failed_builds``) covers it like a ``load_inline`` one. Files are written only when their bytes differ, so
+beside a source keeps working). Identical solutions in any process then name the same paths, so the
+compile pool builds and every side only loads (ninja finds nothing to do), and the recorded build
+(``artifacts.recording_builds``, ``failed_builds``) covers it like a ``load_inline`` one. Files are written only when their bytes differ, so
 an unchanged source keeps its time stamp. Anything else (sources in several directories, a directory too
 large, a source that is not a regular file) builds where the solution asked, as before. Nothing here
 decides a verdict: the same sources and flags build the same extension, in another directory.
