@@ -104,6 +104,41 @@ def test_a_build_guarded_on_cuda_at_import_is_made_on_the_compile_pool(tmp_path:
     assert compiled.result["failed_builds"] == []
 
 
+#: Built only on a CUDA input, with a side stream made first (CUDA-L1's L1_34 has this shape: its build
+#: took 28 s of a GPU's time): the compile worker's meta run never reaches it.
+SOL_ON_CUDA_INPUT = (
+    SOL_LAZY.split("class ModelNew")[0]
+    + """
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ext = None
+        self.stream = None
+
+    def forward(self, a, b):
+        if a.is_cuda and self.ext is None:
+            self.stream = torch.cuda.Stream()
+            with torch.cuda.stream(self.stream):
+                self.ext = load_inline(name="ks_on_cuda_add", cpp_sources=ADD, functions=["add_cpu"],
+                                       extra_cflags=["-O1"])
+            torch.cuda.current_stream().wait_stream(self.stream)
+        return self.ext.add_cpu(a, b) if self.ext is not None else a + b
+"""
+)
+
+
+def test_a_build_reached_only_with_cuda_inputs_is_made_on_the_compile_pool(tmp_path: Path) -> None:
+    """The compile worker calls the model once more on fake CUDA tensors (streams inert), so a build behind
+    ``x.is_cuda`` lands in the cache too."""
+    build_dir = tmp_path / "build-cache" / "on-cuda"
+    compiled, built = compile_only(
+        tmp_path, build_job(SOL_ON_CUDA_INPUT, build_dir), {"TORCH_CUDA_ARCH_LIST": "9.0"}
+    )
+    assert compiled.result is not None and compiled.result["ok"], compiled
+    assert list(built) == ["ks_on_cuda_add/ks_on_cuda_add.so"], sorted(p.name for p in build_dir.rglob("*"))
+    assert [e["name"] for e in compiled.result["extensions"]] == ["ks_on_cuda_add"]
+
+
 def test_the_answer_counts_the_phases_in_which_the_worker_built(tmp_path: Path) -> None:
     """``phases["worker_build"]``: a phase's seconds when a build wrote in the build dir during it, else 0."""
     from kernel_service.kernelbench.judge import _WorkerBuilds

@@ -7,7 +7,10 @@ pool's import left every build to the GPU worker: 17-67 s of a GPU judging nothi
 public corpus of model output (issue 51). Here the compile worker goes further than the import: it builds
 the model from the reference's init inputs and calls it once on the reference's inputs, everything on the
 ``meta`` device (no memory, no arithmetic), with the CUDA queries a build makes answered for the GPUs the
-service judges on (``TORCH_CUDA_ARCH_LIST``). Each ``load_inline`` reached on the way builds into the shared
+service judges on (``TORCH_CUDA_ARCH_LIST``); then once more on fake CUDA tensors (``FakeTensorMode``: a
+device of "cuda", shapes only, its streams, events and graphs inert), for the builds a submission starts
+only on a CUDA input (``if x.is_cuda: ... load_inline``: one of CUDA-L1's first 41 level-1 tasks spent 28 s
+of its GPU's time building there). Each ``load_inline`` reached on the way builds into the shared
 build cache, where the GPU worker's identical call then only loads it. The module is imported again there
 first, under those answers: a build guarded at import (``if torch.cuda.is_available():``, ``has_cuda =
 ...``: 41 of the 73 extensions of CUDA-L1's first release ask) is skipped by the compile worker's own
@@ -54,6 +57,31 @@ def _answer_as_target(capability: tuple[int, int]) -> None:
     torch.cuda.get_device_capability = lambda device=None: capability
 
 
+class _Inert:
+    """A CUDA stream, event or graph in the fake-CUDA run: every call answers another, usable as a context."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> Any:
+        return _Inert
+
+    def __enter__(self) -> _Inert:
+        return self
+
+    def __exit__(self, *exc: object) -> bool:
+        return False
+
+
+def _inert_cuda_runtime() -> None:
+    """In the forked child only: CUDA's runtime objects inert (no GPU here; a fake tensor needs none)."""
+    import torch
+
+    for name in ("Stream", "Event", "CUDAGraph", "stream", "graph", "current_stream", "default_stream",
+                 "synchronize", "set_device", "device", "get_device_properties"):  # fmt: skip
+        setattr(torch.cuda, name, _Inert)
+
+
 def _run_once(module: ModuleType, reference: ModuleType) -> None:
     """Build ``ModelNew`` and call it once, all on ``meta`` (what a call starts is what it builds)."""
     import torch
@@ -65,6 +93,37 @@ def _run_once(module: ModuleType, reference: ModuleType) -> None:
         if isinstance(model, torch.nn.Module):
             model = model.to("meta")
         model(*inputs)
+
+
+def _run_as_cuda(module: ModuleType, reference: ModuleType) -> None:
+    """Build ``ModelNew`` on ``meta`` and call it once with its parameters, buffers and inputs fake CUDA
+    tensors: ``x.is_cuda`` holds, so a build behind it is reached (without autograd, whose bookkeeping
+    asks a real CUDA device)."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    cuda = torch.device("cuda", 0)
+
+    def fake(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return FakeTensor(mode, value.detach().to("meta"), cuda)
+        return value
+
+    with torch.no_grad():
+        with torch.device("meta"):
+            model = module.ModelNew(*reference.get_init_inputs())
+            inputs = [fake(x) for x in reference.get_inputs()]
+        if isinstance(model, torch.nn.Module):
+            for sub in model.to("meta").modules():
+                for key, param in sub._parameters.items():
+                    if param is not None:
+                        sub._parameters[key] = torch.nn.Parameter(fake(param), requires_grad=False)
+                for key, buffer in sub._buffers.items():
+                    if buffer is not None:
+                        sub._buffers[key] = fake(buffer)
+        with mode:
+            model(*inputs)
 
 
 def _import_as_target(source: str, workdir: Path, module: ModuleType) -> ModuleType:
@@ -103,15 +162,19 @@ def warm_lazy_builds(
         code = 0
         try:
             capability = target_capability(os.environ.get("TORCH_CUDA_ARCH_LIST"))
+            runs = [_run_once]
             if capability is not None:
                 _answer_as_target(capability)
+                _inert_cuda_runtime()
                 if source is not None:
                     module = _import_as_target(source, workdir, module)
-            try:
-                _run_once(module, reference)
-            except BaseException:  # noqa: BLE001 - expected: the run cannot complete without a GPU
-                pass
-            record.write_text(json.dumps(built))
+                runs.append(_run_as_cuda)
+            for run in runs:  # the record kept after each: a later run may crash the child
+                try:
+                    run(module, reference)
+                except BaseException:  # noqa: BLE001 - expected: the run cannot complete without a GPU
+                    pass
+                record.write_text(json.dumps(built))
         except BaseException:  # noqa: BLE001
             code = 1
         finally:

@@ -428,7 +428,8 @@ def _cuda_healthy() -> bool:
 
 def compile_only(job: Job, workdir: Path, env: Environment, report: PhaseReporter) -> dict[str, Any]:
     """Import the solution once so its ``load_inline`` builds land in the shared build cache, then build
-    and call its model once on ``meta`` for the builds it starts lazily (``lazy_builds``).
+    and call its model once on ``meta``, then on fake CUDA tensors, for the builds it starts lazily
+    (``lazy_builds``).
 
     The builds it started are reported (``extensions``): what a Ray compile actor packs into an artifact
     that another node loads without building (``artifacts.pack``)."""
