@@ -69,8 +69,8 @@ class _Inert:
     def __enter__(self) -> _Inert:
         return self
 
-    def __exit__(self, *exc: object) -> bool:
-        return False
+    def __exit__(self, *exc: object) -> None:
+        return None
 
 
 def _inert_cuda_runtime() -> None:
