@@ -163,6 +163,24 @@ def test_the_judging_gpus_capability_is_what_a_lazy_build_reads() -> None:
     assert target_capability(None) is None and target_capability("") is None
 
 
+def test_torch_dynamo_loads_after_cuda_is_made_inert() -> None:
+    """A fake tensor's first op may import torch._dynamo, whose trace rules refuse one object under two
+    rules: with every CUDA stand-in one class, every fake-CUDA run failed on the GPU host."""
+    import subprocess
+    import sys
+
+    probe = (
+        "from kernel_service.workers import lazy_builds as L\n"
+        "L._answer_as_target((9, 0)); L._inert_cuda_runtime()\n"
+        "import torch, torch._dynamo\n"
+        "with torch.cuda.stream(torch.cuda.Stream()):\n"
+        "    torch.cuda.current_stream().wait_stream(torch.cuda.Stream())\n"
+        "print(torch._dynamo.trace_rules.get_torch_obj_rule_map() is not None)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "True", out.stderr[-2000:]
+
+
 def test_a_build_flag_from_the_device_matches_the_eval_side() -> None:
     """In the compile worker's forked run, CUDA is "available" with the judging GPU's capability, so a
     ``-arch`` flag built from ``get_device_capability()`` equals the eval worker's (same build, no rebuild)."""

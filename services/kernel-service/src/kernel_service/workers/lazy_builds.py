@@ -74,12 +74,17 @@ class _Inert:
 
 
 def _inert_cuda_runtime() -> None:
-    """In the forked child only: CUDA's runtime objects inert (no GPU here; a fake tensor needs none)."""
+    """In the forked child only: CUDA's runtime objects inert (no GPU here; a fake tensor needs none).
+
+    torch._dynamo is imported first: its trace rules index ``torch.cuda``'s objects once, when it loads
+    (a fake tensor's first op may load it), and refuse one object under two rules, so each inert stand-in
+    is a class of its own too (one shared class failed every fake run on the GPU host)."""
     import torch
+    import torch._dynamo  # noqa: F401
 
     for name in ("Stream", "Event", "CUDAGraph", "stream", "graph", "current_stream", "default_stream",
                  "synchronize", "set_device", "device", "get_device_properties"):  # fmt: skip
-        setattr(torch.cuda, name, _Inert)
+        setattr(torch.cuda, name, type(f"Inert{name}", (_Inert,), {}))
 
 
 def _run_once(module: ModuleType, reference: ModuleType) -> None:
