@@ -12,7 +12,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from kernel_service.judging.build_relocation import relocation
+from kernel_service.judging.build_relocation import relocation, stable_name
 from ks_build_jobs import build_job, compile_then_judge, libraries
 
 SOL_TEMP_DIR = r'''
@@ -65,6 +65,41 @@ def test_a_build_in_a_temporary_directory_is_made_once_in_the_build_cache(tmp_pa
     assert load_s < max(5.0, compile_s / 3), (load_s, compile_s)
 
 
+#: An extension named after the process that builds it (CUDA-L1's L1_96: ``f"huber_loss_cuda_{os.getpid()}"``):
+#: another name, so another build, in every process.
+SOL_PID_NAME = (
+    SOL_TEMP_DIR.split("tmp = tempfile.mkdtemp()")[0]
+    .replace('#include "ks_plus.h"\n', "")
+    .replace("ks_plus(pa[i], pb[i])", "pa[i] + pb[i]")
+    .replace('PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("add_cpu", &add_cpu); }\n', "")
+    + """
+from torch.utils.cpp_extension import load_inline
+ext = load_inline(name=f"ks_pid_add_{os.getpid()}", cpp_sources=SOURCE, functions=["add_cpu"], extra_cflags=["-O1"])
+
+class ModelNew(nn.Module):
+    def forward(self, a, b):
+        return ext.add_cpu(a, b)
+"""
+)
+
+
+def test_a_build_named_after_its_process_is_made_once(tmp_path: Path) -> None:
+    build_dir = tmp_path / "build-cache" / "pid-name"
+    compiled, built, judged = compile_then_judge(tmp_path, build_job(SOL_PID_NAME, build_dir))
+    assert compiled.result is not None and compiled.result["ok"], compiled
+    assert len(built) == 1 and next(iter(built)).startswith("relocated/ks_pid_add_"), built
+    assert judged.result is not None and judged.result["outcome"] == "correct", judged
+    assert libraries(build_dir) == built, "the eval worker built the library again under its own name"
+    assert judged.result["phases"]["worker_build"] == 0.0, judged.result["phases"]
+
+
+def test_a_numbered_name_has_a_stem_and_others_keep_theirs() -> None:
+    assert stable_name("huber_loss_cuda_4242") == "huber_loss_cuda"
+    assert stable_name("fused_conv_140234598712") == "fused_conv"
+    assert stable_name("huber_cuda_2") == "huber_cuda"  # a pid in the sandbox's namespace
+    assert stable_name("conv2d_gelu_cuda") is None and stable_name("model_v2") is None
+
+
 def test_only_builds_outside_the_build_dir_move_and_their_place_is_named_by_contents(tmp_path: Path) -> None:
     root = tmp_path / "cache"
     root.mkdir()
@@ -84,6 +119,6 @@ def test_only_builds_outside_the_build_dir_move_and_their_place_is_named_by_cont
     assert first is not None and again is not None and other is not None
     assert first == again  # two processes' random directories, one place
     assert other[1] != first[1]  # other bytes, another place
-    sources, dest, includes = first
-    assert includes == [dest] and sources == [str(Path(dest) / "a.cpp")]
+    sources, dest, includes, name = first
+    assert includes == [dest] and sources == [str(Path(dest) / "a.cpp")] and name == "ext"
     assert sorted(p.name for p in Path(dest).iterdir()) == ["a.cpp", "a.h"]  # the header beside it, no notes

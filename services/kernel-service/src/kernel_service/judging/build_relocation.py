@@ -14,8 +14,13 @@ lie outside ``TORCH_EXTENSIONS_DIR`` (the job's build dir) is made in ``relocate
 directory, which are copied there (its C/C++/CUDA files, bounded: ``MAX_FILES``, ``MAX_BYTES``; a header
 beside a source keeps working). Identical solutions in any process then name the same paths, so the
 compile pool builds and every side only loads (ninja finds nothing to do), and the recorded build
-(``artifacts.recording_builds``, ``failed_builds``) covers it like a ``load_inline`` one. Files are written only when their bytes differ, so
-an unchanged source keeps its time stamp. Anything else (sources in several directories, a directory too
+(``artifacts.recording_builds``, ``failed_builds``) covers it like a ``load_inline`` one. Files are
+written only when their bytes differ, so an unchanged source keeps its time stamp.
+
+A name that ends in a number (``f"huber_loss_cuda_{os.getpid()}"``, ``f"fused_conv_{id(self)}"``: 3 of
+CUDA-L1's first release) is another name in every process, so every side built again (15-21 s each on the
+GPU worker). Such a build is moved the same way, inside the build dir too, and named by its stem and the
+same hash (:func:`stable_name`): the module a solution gets back has another ``__name__``, nothing else. Anything else (sources in several directories, a directory too
 large, a source that is not a regular file) builds where the solution asked, as before. Nothing here
 decides a verdict: the same sources and flags build the same extension, in another directory.
 """
@@ -26,6 +31,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -37,6 +43,15 @@ MAX_BYTES = 16 * 1024 * 1024
 SOURCE_SUFFIXES = frozenset({".c", ".cc", ".cpp", ".cxx", ".cu", ".cuh", ".h", ".hh", ".hpp", ".inl", ".inc"})
 RELOCATED_DIR = "relocated"
 _MARK = "_ks_relocating"
+#: A name ending in ``_`` and a number: a process's or an object's id, another in every process (a pid in
+#: the sandbox's namespace may be one digit).
+_NUMBERED = re.compile(r"^(?P<stem>[A-Za-z_][A-Za-z0-9_]*?)_[0-9]+$")
+
+
+def stable_name(name: str) -> str | None:
+    """The stem of a name that ends in a number (``huber_cuda_4242`` -> ``huber_cuda``), else None."""
+    match = _NUMBERED.match(name)
+    return match["stem"] if match else None
 
 
 def _inside(path: str, root: str) -> bool:
@@ -76,12 +91,14 @@ def _write_if_changed(path: Path, data: bytes) -> None:
 
 def relocation(
     root: str, name: str, sources: list[str], build_directory: str, flags: list[Any], include_paths: Any
-) -> tuple[list[str], str, list[str]] | None:
+) -> tuple[list[str], str, list[str], str] | None:
     """Where a build of ``sources`` into ``build_directory`` is made instead (its sources, its build dir
-    and its include paths, the sources' directory among them moved too), or None to build as asked.
-    ``flags``: the build's other flags, which name it with its files' bytes."""
+    and its include paths, the sources' directory among them moved too) and under which name, or None to
+    build as asked. ``flags``: the build's other flags, which name it with its files' bytes."""
     root = os.path.realpath(root)
-    if not sources or (_inside(build_directory, root) and all(_inside(s, root) for s in sources)):
+    stem = stable_name(name)
+    inside = _inside(build_directory, root) and all(_inside(s, root) for s in sources)
+    if not sources or (inside and stem is None):
         return None
     if not all(os.path.isfile(s) and not os.path.islink(s) for s in sources):
         return None
@@ -96,15 +113,17 @@ def relocation(
     includes = [str(p) for p in include_paths or []]
     # the sources' directory, a random name, is named by its contents only
     named = [("<sources>" if os.path.abspath(p) == src_dir else p) for p in includes]
-    digest = hashlib.sha256(json.dumps([name, flags, named], default=str).encode())
+    digest = hashlib.sha256(json.dumps([stem or name, flags, named], default=str).encode())
     for file_name, data in contents.items():
         digest.update(file_name.encode() + b"\0" + hashlib.sha256(data).digest())
-    dest = Path(root) / RELOCATED_DIR / f"{name}-{digest.hexdigest()[:16]}"
+    key = digest.hexdigest()[:16]
+    new_name = name if stem is None else f"{stem}_{key}"
+    dest = Path(root) / RELOCATED_DIR / (new_name if stem else f"{name}-{key}")
     dest.mkdir(parents=True, exist_ok=True)
     for file_name, data in contents.items():
         _write_if_changed(dest / file_name, data)
     moved = [str(dest / os.path.basename(s)) for s in sources]
-    return moved, str(dest), [(str(dest) if n == "<sources>" else n) for n in named]
+    return moved, str(dest), [(str(dest) if n == "<sources>" else n) for n in named], new_name
 
 
 def relocate_builds() -> None:
@@ -140,7 +159,7 @@ def relocate_builds() -> None:
         except OSError:
             moved = None
         if moved is not None:
-            sources, build_directory, includes = moved
+            sources, build_directory, includes, name = moved
             if extra_include_paths:
                 extra_include_paths = includes
         return original(name, sources, extra_cflags, extra_cuda_cflags, extra_sycl_cflags, extra_ldflags,

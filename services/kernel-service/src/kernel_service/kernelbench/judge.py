@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from ..judging import profiling, transport
+from ..judging.build_relocation import SOURCE_SUFFIXES
 from ..judging.compare import compare_outputs, default_tolerance, flatten_outputs
 from ..judging.harness import (
     Environment,
@@ -148,9 +149,10 @@ def _tf32_flags(mode: str) -> dict[str, bool]:
 
 class _WorkerBuilds:
     """Files written in the job's build dir while the eval worker judged it (a library, an object, the
-    ninja file, the sources: a build that fails leaves no library, and took the GPU's time all the same):
-    a build the compile pool did not make (one it did not reach: ``workers.lazy_builds``). Loading a built
-    extension writes nothing there (``load_inline`` rewrites a source only when it changed).
+    ninja file: a build that fails leaves no library, and took the GPU's time all the same): a build the
+    compile pool did not make (one it did not reach: ``workers.lazy_builds``). Loading a built extension
+    writes nothing of that (``load_inline`` writes its sources, under a name of this process's for a
+    numbered one: ``build_relocation.stable_name``; they are not a build).
     ``written_during`` gives the seconds of a phase in which one was written, 0 otherwise:
     ``phases["worker_build"]``, an upper bound on the eval worker's build time (a GPU judging nothing)."""
 
@@ -161,7 +163,11 @@ class _WorkerBuilds:
 
     def _files(self) -> dict[Path, float]:
         try:
-            return {p: p.stat().st_mtime for p in self.dir.rglob("*") if p.is_file()}
+            return {
+                p: p.stat().st_mtime
+                for p in self.dir.rglob("*")
+                if p.is_file() and p.suffix not in SOURCE_SUFFIXES
+            }
         except OSError:  # a file removed while listed (torch's build lock)
             return dict(self.seen)
 
