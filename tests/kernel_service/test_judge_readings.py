@@ -466,16 +466,19 @@ def test_an_own_baseline_keeps_the_second_set_of_the_references_readings_each_on
 
 
 @pytest.mark.parametrize(
-    ("call_ms", "own", "timed", "pairs"),
+    ("call_ms", "own", "timed", "pairs", "speedup"),
     [
-        (0.004, True, [False, True] + [True] * 7, 8),  # short: re-timed in eight own pairs
-        (0.5, True, [False, True], 1),  # under LEVEL_MATCH_MS: re-timed in one own pair
-        (2.0, True, [False], 1),  # long: the first timing stands, as without the switch
-        (0.004, False, [False] * 8, 8),  # no switch: the pairs as before
+        (0.004, True, [False, True] + [True] * 7, 8, 1.0),  # short: re-timed in eight own pairs
+        (0.5, True, [False, True], 1, 1.0),  # under LEVEL_MATCH_MS: re-timed in one own pair
+        (2.0, True, [False], 1, 1.0),  # long: the first timing stands, as without the switch
+        (0.004, False, [False] * 8, 8, 1.0),  # no switch: the pairs as before
+        (0.004, True, [False, True], 1, 4.0),  # 4x: no process offset decides fast_p there
+        (0.004, True, [False, True], 1, 0.25),  # nor at 0.25x
+        (0.004, True, [False, True] + [True] * 7, 8, 2.5),  # 2.5x: fast_2 may turn on the pairs
     ],
 )
 def test_under_mps_an_own_baseline_retimes_calls_under_the_level_match_in_fresh_own_pairs(
-    monkeypatch: pytest.MonkeyPatch, call_ms: float, own: bool, timed: list[bool], pairs: int
+    monkeypatch: pytest.MonkeyPatch, call_ms: float, own: bool, timed: list[bool], pairs: int, speedup: float
 ) -> None:
     """:func:`judge._pairs` with ``OWN_BASELINE_ENV``: the first timing (in the pair that ran the checks)
     only tells how long the calls are; where either side's is under ``LEVEL_MATCH_MS`` every timing that
@@ -494,8 +497,8 @@ def test_under_mps_an_own_baseline_retimes_calls_under_the_level_match_in_fresh_
 
     def time_pair(own_pair: bool) -> dict[str, Any]:
         asked.append(own_pair)
-        ms = call_ms
-        return _timing([ms, ms * 1.01, ms * 0.99], [ms, ms * 1.02, ms * 0.98])
+        ms, new = call_ms, call_ms / speedup
+        return _timing([ms, ms * 1.01, ms * 0.99], [new, new * 1.02, new * 0.98])
 
     got = kb._pairs(run, job, time_pair, time.perf_counter(), own)  # type: ignore[arg-type]
     assert asked == timed

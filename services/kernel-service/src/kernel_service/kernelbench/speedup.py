@@ -57,6 +57,11 @@ MIN_TIMED_TRIALS = 5
 #: of side processes, each side's time the mean of the pairs' medians (:func:`_pairs`).
 SHORT_CALL_MS = 0.010
 SHORT_PAIRS = 8
+#: ... unless the first pair's speedup is at least this far from 1 (either way): the pairs average out
+#: process offsets of a few percent (the speedup's sd over a job's pairs 0.9-13% for calls near 1x,
+#: CUDA-L1 on 2x H200), which cannot carry such a speedup across fast_p's thresholds (1, 1.5, 2); 8 of
+#: that corpus's 24 short-call jobs read 3.7-32000x and spent ~13 s each on seven more pairs.
+DECIDED_SPEEDUP = 3.0
 INTERLEAVED_METHOD = (
     "judge's time.perf_counter from writing the inputs to the side's answer (after it copied its outputs "
     "into the judge's shared memory); candidate and reference calls interleaved on the same inputs (each "
@@ -407,7 +412,8 @@ def _pairs(
 ) -> dict[str, Any]:
     """``time_pair()`` once or, under MPS where either side's median call is under ``SHORT_CALL_MS``, in
     ``SHORT_PAIRS`` fresh pairs of side processes (:meth:`Run.start_pair`), pooled (:func:`_pooled`);
-    a pair whose timed outputs differ from the reference's ends it.
+    a pair whose timed outputs differ from the reference's ends it, and one pair suffices where its
+    speedup is ``DECIDED_SPEEDUP`` or more from 1.
 
     Why: under MPS a side process reads a call's path at an offset of its own (a 1x128 add's readings
     sat 9.6-10.6 us by process, their spread inside one process ~0.3 us, H100), and a ~3.5 us call
@@ -431,6 +437,9 @@ def _pairs(
         own = False
     if min(first["ref"].median, first["new"].median) >= SHORT_CALL_MS:
         return first
+    ratio = first["ref"].median / max(first["new"].median, 1e-12)
+    if not 1 / DECIDED_SPEEDUP < ratio < DECIDED_SPEEDUP:
+        return {**first, "gate": {**(first["gate"] or {}), "process_pairs": 1.0}}
     timings = [first]
     budget = job.options.timeout_s * TIMING_BUDGET_SHARE
     start_s = time_s = 0.0  # what a pair costs, started and timed: the gate's pair_start_s, pair_time_s
