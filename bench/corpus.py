@@ -73,6 +73,7 @@ from benchmark_runner.schemas import EvalResult  # noqa: E402
 #: Our verdicts by family, in the order the table shows them.
 FAMILIES = (
     "correct",
+    "constant_reference",
     "cached_across_calls",
     "side_stream_work",
     "tolerance",
@@ -92,11 +93,12 @@ FAULT_WORDS = ("cuda error", "illegal memory", "device-side assert")
 ELAPSED_KEYS = ("queue_s", "compile_s", "init_s", "correctness_s", "timing_s", "total_s")
 
 
-def family(outcome: str | None, message: str, max_abs_error: float | None) -> str:
-    """Our verdict's family (``FAMILIES``; another outcome, e.g. ``requires_gpu``, keeps its own name)."""
+def family(outcome: str | None, message: str, max_abs_error: float | None, constant: bool = False) -> str:
+    """Our verdict's family (``FAMILIES``; another outcome, e.g. ``requires_gpu``, keeps its own name).
+    ``constant``: the answer's ``reference_constant`` (a degenerate problem: a constant is correct)."""
     text = message.lower()
     if outcome == "correct":
-        return "correct"
+        return "constant_reference" if constant else "correct"
     if outcome == "incorrect" and "a timed call's output differs" in text:
         return "cached_across_calls"  # right in the checks, wrong when timed: output kept across calls
     if "still running after forward returned" in text:
@@ -176,7 +178,7 @@ def _row(ev: EvalResult) -> dict[str, Any]:
         "task_id": ev.task_id,
         "level": d.get("level"),
         "outcome": outcome,
-        "family": family(outcome, message, max_abs),
+        "family": family(outcome, message, max_abs, d.get("reference_constant") is True),
         "speedup": _num(d.get("speedup")) if outcome == "correct" else None,
         "reported_speedup": reported_speedup(ev),
         "max_abs_error": max_abs,

@@ -75,6 +75,13 @@ def test_each_verdict_has_its_family(
     assert corpus.family(outcome, message, max_abs) == expected
 
 
+def test_a_correct_answer_to_a_degenerate_problem_has_its_own_family(corpus: ModuleType) -> None:
+    """A reference whose output never changes (``reference_constant``): a constant is correct, and its
+    speedup (21,000-32,000x in CUDA-L1's first release) is kept apart from the kernels'."""
+    assert corpus.family("correct", "", 0.0, True) == "constant_reference"
+    assert corpus.family("incorrect", "output: 3 of 32 elements outside atol", 4.7, True) == "incorrect_other"
+
+
 def test_a_tasks_worker_time_keeps_the_eval_workers_load(corpus: ModuleType) -> None:
     """The answer's ``compile_s`` is the compile pool's time plus the eval worker's load phase; a load
     that builds on the GPU (61 s for one task of the first corpus run) is the worker's time."""

@@ -45,6 +45,23 @@ def flatten_outputs(out: Any) -> list[Any]:
     return [out]
 
 
+def fingerprint(out: Any) -> tuple[Any, ...] | None:
+    """What tells two outputs apart cheaply: each tensor's shape, dtype, float64 sum, first and last
+    element (None for what it cannot read: complex or empty tensors). Outputs of different random inputs
+    share it only if they are constant (``reference_constant``)."""
+    parts: list[Any] = []
+    for item in flatten_outputs(out):
+        if not isinstance(item, torch.Tensor):
+            parts.append(repr(item)[:200])
+            continue
+        if item.is_complex() or item.numel() == 0:
+            return None
+        flat = item.detach().reshape(-1)
+        ends = torch.stack([flat[0], flat[-1]]).double().tolist()
+        parts.append((tuple(item.shape), str(item.dtype), float(flat.sum(dtype=torch.float64)), *ends))
+    return tuple(parts)
+
+
 @functools.cache
 def _positions(device: torch.device) -> torch.Generator:
     """The judge's generator of sampled positions on ``device``, seeded once by the OS (no side can read

@@ -28,7 +28,7 @@ import torch
 
 from ..judging import profiling, transport
 from ..judging.build_relocation import SOURCE_SUFFIXES
-from ..judging.compare import compare_outputs, default_tolerance, flatten_outputs
+from ..judging.compare import compare_outputs, default_tolerance, fingerprint, flatten_outputs
 from ..judging.harness import (
     Environment,
     HarnessError,
@@ -256,6 +256,7 @@ def _evaluate(
     atol, rtol = opts.atol, opts.rtol
     passed = 0
     max_abs = max_rel = 0.0
+    prints: set[Any] = set()  # the reference's outputs' fingerprints, one per trial's fresh inputs
     common: dict[str, Any] = {**base}
     with phase("correctness"):
         for trial in range(opts.correctness_trials):
@@ -276,6 +277,7 @@ def _evaluate(
                 atol = tol if atol is None else atol
                 rtol = tol if rtol is None else rtol
             del inputs  # each side has its copy; a problem's inputs may take gigabytes
+            prints.add(fingerprint(ref_out))
             cmp = compare_outputs(ref_out, new_out, atol, rtol)
             del ref_out, new_out, new_call
             run.release()
@@ -289,7 +291,8 @@ def _evaluate(
             passed += 1
     phases["worker_build"] += builds.written_during(phases["correctness"])
     common.update({"correctness_trials_passed": passed, "max_abs_error": max_abs if passed else None,
-                   "max_rel_error": max_rel if passed else None, "atol": atol, "rtol": rtol})  # fmt: skip
+                   "max_rel_error": max_rel if passed else None, "atol": atol, "rtol": rtol,
+                   "reference_constant": passed > 1 and len(prints) == 1 and None not in prints})  # fmt: skip
     if opts.correctness_trials == 0:
         return {
             **common,

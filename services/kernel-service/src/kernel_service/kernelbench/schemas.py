@@ -80,6 +80,12 @@ class KernelEvalResponse(StrictModel):
     correctness_trials: int = 0
     max_abs_error: float | None = None
     max_rel_error: float | None = None
+    reference_constant: bool = Field(
+        default=False,
+        description="the reference returned the same output for every correctness trial's random inputs (a "
+        "degenerate problem, e.g. a softmax over a dimension of size 1): returning that constant is correct, "
+        "and the speedup says nothing about a kernel for the problem's work",
+    )
     atol: float | None = None
     rtol: float | None = None
     precision: Precision = Field(default="fp32", description="the dtype both sides ran at")
