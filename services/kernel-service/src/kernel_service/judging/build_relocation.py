@@ -15,14 +15,15 @@ directory, which are copied there (its C/C++/CUDA files, bounded: ``MAX_FILES``,
 beside a source keeps working). Identical solutions in any process then name the same paths, so the
 compile pool builds and every side only loads (ninja finds nothing to do), and the recorded build
 (``artifacts.recording_builds``, ``failed_builds``) covers it like a ``load_inline`` one. Files are
-written only when their bytes differ, so an unchanged source keeps its time stamp.
+written only when their bytes differ, so an unchanged source keeps its time stamp. Anything else (sources
+in several directories, a directory too large, a source that is not a regular file) builds where the
+solution asked, as before. Nothing here decides a verdict: the same sources and flags build the same
+extension, in another directory.
 
 A name that ends in a number (``f"huber_loss_cuda_{os.getpid()}"``, ``f"fused_conv_{id(self)}"``: 3 of
 CUDA-L1's first release) is another name in every process, so every side built again (15-21 s each on the
 GPU worker). Such a build is moved the same way, inside the build dir too, and named by its stem and the
-same hash (:func:`stable_name`): the module a solution gets back has another ``__name__``, nothing else. Anything else (sources in several directories, a directory too
-large, a source that is not a regular file) builds where the solution asked, as before. Nothing here
-decides a verdict: the same sources and flags build the same extension, in another directory.
+same hash (:func:`stable_name`): the module a solution gets back has another ``__name__``, nothing else.
 """
 
 from __future__ import annotations
