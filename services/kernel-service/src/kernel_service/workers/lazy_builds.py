@@ -27,6 +27,9 @@ import json
 import os
 import signal
 import time
+import traceback
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -73,14 +76,18 @@ class _Inert:
         return None
 
 
-def _inert_cuda_runtime() -> None:
-    """In the forked child only: CUDA's runtime objects inert (no GPU here; a fake tensor needs none).
-
-    torch._dynamo is imported first: its trace rules index ``torch.cuda``'s objects once, when it loads
-    (a fake tensor's first op may load it), and refuse one object under two rules, so each inert stand-in
-    is a class of its own too (one shared class failed every fake run on the GPU host)."""
-    import torch
+def _load_tracing() -> None:
+    """torch._dynamo and the fake tensors loaded while ``torch.cuda`` is still itself: dynamo's trace rules
+    index ``torch.cuda``'s objects once, when it loads (a fake tensor's first op may load it), and refuse
+    one object under two rules (one inert class for them all failed every fake run on the GPU host)."""
     import torch._dynamo  # noqa: F401
+    import torch._subclasses.fake_tensor  # noqa: F401
+
+
+def _inert_cuda_runtime() -> None:
+    """In the forked child only: CUDA's runtime objects inert (no GPU here; a fake tensor needs none), each
+    stand-in a class of its own (:func:`_load_tracing`)."""
+    import torch
 
     for name in ("Stream", "Event", "CUDAGraph", "stream", "graph", "current_stream", "default_stream",
                  "synchronize", "set_device", "device", "get_device_properties"):  # fmt: skip
@@ -143,6 +150,44 @@ def _import_as_target(source: str, workdir: Path, module: ModuleType) -> ModuleT
     return again if isinstance(getattr(again, "ModelNew", None), type) else module
 
 
+def _attempt(step: Callable[[], Any], errors: list[str] | None) -> bool:
+    """``step()``; whether it returned (its traceback kept in ``errors``, if given, where it raised)."""
+    try:
+        step()
+        return True
+    except BaseException:  # noqa: BLE001 - expected: without a GPU most runs cannot complete
+        if errors is not None:
+            errors.append(traceback.format_exc(limit=-6))
+        return False
+
+
+def lazy_runs(
+    module: ModuleType,
+    reference: ModuleType,
+    source: str | None,
+    workdir: Path,
+    after_each: Callable[[], object],
+    errors: list[str] | None = None,
+) -> None:
+    """The forked child's work (:func:`warm_lazy_builds`): the model run once on ``meta`` and, where the
+    service judges on GPUs (``TORCH_CUDA_ARCH_LIST``), ``source`` imported again with CUDA answering as
+    them and the model run once more on fake CUDA tensors; ``after_each()`` after each run (a later one
+    may crash the process). ``errors``: each step's traceback where it raised (``bench``'s probe)."""
+    runs = [_run_once]
+    capability = target_capability(os.environ.get("TORCH_CUDA_ARCH_LIST"))
+    if capability is not None:
+        fake = _attempt(_load_tracing, errors)
+        _answer_as_target(capability)
+        fake = _attempt(_inert_cuda_runtime, errors) and fake
+        if source is not None:
+            module = _import_as_target(source, workdir, module)
+        if fake:
+            runs.append(_run_as_cuda)
+    for run in runs:
+        _attempt(partial(run, module, reference), errors)
+        after_each()
+
+
 def warm_lazy_builds(
     module: ModuleType,
     reference_source: str,
@@ -166,20 +211,7 @@ def warm_lazy_builds(
     if pid == 0:  # pragma: no cover - the child's coverage is what the parent reads back
         code = 0
         try:
-            capability = target_capability(os.environ.get("TORCH_CUDA_ARCH_LIST"))
-            runs = [_run_once]
-            if capability is not None:
-                _answer_as_target(capability)
-                _inert_cuda_runtime()
-                if source is not None:
-                    module = _import_as_target(source, workdir, module)
-                runs.append(_run_as_cuda)
-            for run in runs:  # the record kept after each: a later run may crash the child
-                try:
-                    run(module, reference)
-                except BaseException:  # noqa: BLE001 - expected: the run cannot complete without a GPU
-                    pass
-                record.write_text(json.dumps(built))
+            lazy_runs(module, reference, source, workdir, lambda: record.write_text(json.dumps(built)))
         except BaseException:  # noqa: BLE001
             code = 1
         finally:
