@@ -163,22 +163,27 @@ def test_the_judging_gpus_capability_is_what_a_lazy_build_reads() -> None:
     assert target_capability(None) is None and target_capability("") is None
 
 
-def test_torch_dynamo_loads_after_cuda_is_made_inert() -> None:
-    """A fake tensor's first op may import torch._dynamo, whose trace rules refuse one object under two
-    rules: with every CUDA stand-in one class, every fake-CUDA run failed on the GPU host."""
+def test_a_fake_cuda_tensor_and_torch_dynamo_work_once_cuda_is_made_inert() -> None:
+    """Two ways every fake-CUDA run failed on the GPU host's compile worker (CUDA torch, no GPU): dynamo's
+    trace rules refused one inert class standing for several CUDA objects, and a fake CUDA tensor started
+    a real CUDA context ("No CUDA GPUs are available")."""
     import subprocess
     import sys
 
     probe = (
         "from kernel_service.workers import lazy_builds as L\n"
-        "L._answer_as_target((9, 0)); L._inert_cuda_runtime()\n"
+        "L._load_tracing(); L._answer_as_target((9, 0)); L._inert_cuda_runtime()\n"
         "import torch, torch._dynamo\n"
         "with torch.cuda.stream(torch.cuda.Stream()):\n"
         "    torch.cuda.current_stream().wait_stream(torch.cuda.Stream())\n"
-        "print(torch._dynamo.trace_rules.get_torch_obj_rule_map() is not None)\n"
+        # as on a CUDA build: a fake CUDA tensor would start a real context first (no GPU there)
+        "torch.accelerator.current_accelerator = lambda check_available=False: 'cuda'\n"
+        "from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode\n"
+        "t = FakeTensor(FakeTensorMode(), torch.empty(2, device='meta'), torch.device('cuda', 0))\n"
+        "print(t.is_cuda, torch._dynamo.trace_rules.get_torch_obj_rule_map() is not None)\n"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0 and out.stdout.strip() == "True", out.stderr[-2000:]
+    assert out.returncode == 0 and out.stdout.strip() == "True True", out.stderr[-2000:]
 
 
 def test_a_build_flag_from_the_device_matches_the_eval_side() -> None:

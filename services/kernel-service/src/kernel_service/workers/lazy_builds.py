@@ -79,9 +79,18 @@ class _Inert:
 def _load_tracing() -> None:
     """torch._dynamo and the fake tensors loaded while ``torch.cuda`` is still itself: dynamo's trace rules
     index ``torch.cuda``'s objects once, when it loads (a fake tensor's first op may load it), and refuse
-    one object under two rules (one inert class for them all failed every fake run on the GPU host)."""
+    one object under two rules (one inert class for them all failed every fake run on the GPU host), and
+    a fake CUDA tensor made without a real CUDA context."""
     import torch._dynamo  # noqa: F401
-    import torch._subclasses.fake_tensor  # noqa: F401
+    from torch._subclasses import fake_tensor
+
+    # a fake CUDA tensor starts the real CUDA context first (for autograd, which the run does not use):
+    # "No CUDA GPUs are available" on the compile worker, where every fake run failed (H200 host)
+    fake_tensor.init_gpu_context = _no_gpu_context  # type: ignore[assignment]
+
+
+def _no_gpu_context(device: Any) -> None:
+    """What a fake CUDA tensor starts in the forked child: nothing (no GPU is there)."""
 
 
 def _inert_cuda_runtime() -> None:
