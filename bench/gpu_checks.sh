@@ -14,6 +14,7 @@
 #                                            faults storm (issue 50: the GPU fault tests; the fault storm, STORM_S of storm)
 #                                            doctor doctor_quick doctor_tests (issue 54: `kernel-service doctor`, its GPU tests)
 #                                            bb_multi (issue 52: BackendBench on two GPUs); corpus (issue 51: CORPUS=h100_xsm|h100)
+#                                            lazy_probe (issue 51: the builds the compile worker's lazy runs reach; TASKS="L1_34 ...")
 #                                            bb_tests (BackendBench's GPU tests and its reading cheats: what OWN_BASELINE=1 owes)
 # Knobs: BATCH_N, AB_SRC, BUILD_OPTIONS, BUILD_PARALLEL (builds of one option at once), COMPILE_ARGS (e.g. --task-ids-from F),
 # MPS=auto|on|off (every step: the bench scripts' --mps, KS_MPS for the tests and the runners' embedded services;
@@ -84,6 +85,8 @@ for s in "${steps[@]}"; do
       step corpus 580 python3 bench/corpus.py --solutions ${CORPUS_FILE:-.gpudata/corpus/${CORPUS:-h100_xsm}.json} \
         --corpus-name "${CORPUS_NAME:-${CORPUS:-h100_xsm}}" --output-dir /tmp/corpus-runs --run-id $rid \
         --budget-s ${CORPUS_BUDGET_S:-520} --mps $MPS --out "$OUT/$rid.json" --tar "$OUT/$rid.tar.gz" ;;
+    lazy_probe) step lazy_probe 200 python3 bench/lazy_builds_probe.py --solutions .gpudata/corpus/${CORPUS:-h100_xsm}.json \
+      --tasks ${TASKS:-} ;;
     multigpu) step multigpu 240 python3 -m pytest -m gpu tests/kernel_service/test_gpu_multi.py -q -p no:cacheprovider ;;
     adversarial_gpu1) step adversarial_gpu1 200 python3 bench/adversarial/run_gpu.py --gpus 1 --mps $MPS --out "$OUT/adversarial_gpu1.json" ;;
     adversarial) step adversarial 200 python3 bench/adversarial/run_gpu.py --mps $MPS --out "$OUT/adversarial.json" ;;
