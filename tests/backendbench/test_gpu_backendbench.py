@@ -36,6 +36,9 @@ def test_smoke_ops_against_themselves_read_one_and_are_timed_in_seconds() -> Non
         # rebuilt on the CPU: a smoke op's self-check took ~20 s)
         assert v["duration_s"] < 20, v["duration_s"]
         assert 0.9 < v["performance"] < 1.1, (v["op"], v["performance"], v.get("timing_gate"))
+        # what one process pair cost, started and timed (the suite on two GPUs against one reads this)
+        gate = v["timing_gate"]
+        assert 0 < gate["pair_start_s"] < v["duration_s"] and 0 < gate["pair_time_s"] < v["duration_s"], gate
 
 
 def test_vectorised_reference_kernels_are_correct_on_cuda() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
@@ -105,18 +106,22 @@ def time_cases(
         if (failed := load_kernel(sides, prep.req, prep.base)) is not None:
             raise HarnessError(Outcome.EXECUTION_FAILURE, failed.feedback)
 
+    start_s = time_s = 0.0  # the pairs' seconds, started and timed: the gate's pair_start_s, pair_time_s
     for p in range(pairs):
         # a fresh pair: the kernel imported anew, the op in a new reference process; under MPS the first
         # pair too, the candidate's level measured before its kernel is imported (``judging.own_level``), and
         # with an own baseline, the op timed in the candidate's process before then
+        t0 = time.perf_counter()
         if p or mps or own:
             sides.start("reference", "candidate")
             if mps:
                 run.bind_before_load(sides.build_dir, sides.setup)
             if not own:
                 load()
+        t1 = time.perf_counter()
         block, sizes = _time_block(sides, prep, cases, sizes, pairs, load if own else None)
         blocks.append(block)
+        start_s, time_s = start_s + t1 - t0, time_s + time.perf_counter() - t1
     bad = {j: why for b in reversed(blocks) for j, why in b.bad.items()}
     for j, result in enumerate(results):
         # each pair's median, averaged over the pairs: a pooled median of readings from processes that sit
@@ -136,7 +141,16 @@ def time_cases(
     readings = sum(len(b.kernel[0]) for b in blocks) if cases else 0
     host = {k: float(sum((b.gate or {}).get(k, 0.0) for b in blocks))
             for k in ("host_timed_readings", "host_timed_reference_readings")}  # fmt: skip
-    return {**gate, **host, "readings": float(readings), "process_pairs": float(pairs), **_spread(blocks)}
+    # what a pair cost (s), started and timed: where a second GPU's worker makes the same op slower
+    costs = {"pair_start_s": round(start_s / pairs, 4), "pair_time_s": round(time_s / pairs, 4)}
+    return {
+        **gate,
+        **host,
+        "readings": float(readings),
+        "process_pairs": float(pairs),
+        **costs,
+        **_spread(blocks),
+    }
 
 
 def _spread(blocks: list[Block]) -> dict[str, float]:
