@@ -29,6 +29,8 @@ from pydantic import ValidationError
 
 from .records import outcomes_from_evaluations, reported_speedup
 
+#: Marks the speedup of a task whose reference returned a constant (a degenerate problem).
+CONSTANT_MARK = "&dagger;"
 #: Inline at most this many characters of a kernel or feedback file (the link has the rest).
 INLINE_CHARS = 20_000
 OUTCOME_COLORS: dict[str, str] = {
@@ -61,6 +63,14 @@ class RunData:
     generations: dict[str, GenerationResult]
     score: ScoreResult | None
     files: dict[str, TaskFiles]
+
+
+def _speedup_cell(speedup: float | None, constant: bool) -> str:
+    """A task's speedup; marked where its reference's output was constant (``reference_constant``)."""
+    if not constant:
+        return f"<td class=num>{_fmt(speedup)}</td>"
+    why = "the reference returned one output for every input: a constant was correct"
+    return f'<td class="num constant" title="{why}">{_fmt(speedup)} {CONSTANT_MARK}</td>'
 
 
 # ---- reading a run --------------------------------------------------------------------------------
@@ -379,12 +389,19 @@ def render(run: RunData, out_dir: Path, price_in: float | None = None, price_out
             f'<tr class="task" data-task="{html.escape(r.task_id)}" data-outcome="{html.escape(r.outcome or "")}">'
             f"<td>{html.escape(r.task_id)}</td><td class=num>{_fmt(r.level)}</td>"
             f'<td class="o-{html.escape(r.outcome or "")}">{html.escape(r.outcome or "")}</td>'
-            f"<td class=num>{_fmt(r.speedup)}</td>"
+            + _speedup_cell(r.speedup, e.data.details.get("reference_constant") is True)
             + (f'<td class="num reported">{_fmt(claimed)}</td>' if show_reported else "")
             + f"<td class=num>{_fmt(r.reward)}</td>"
             f"<td class=num>{len(gen.turns) if gen else ''}</td>"
             f"<td>{''.join(kernel_links)}</td><td>{''.join(feedback)}</td></tr>"
         )
+    constant = sum(e.data.details.get("reference_constant") is True for e in run.evaluations)
+    degenerate = (
+        f"<p>{constant} task(s) marked {CONSTANT_MARK}: the reference returned one output for every input "
+        "(a degenerate problem), so a constant was correct and its speedup says nothing about a kernel.</p>"
+        if constant
+        else ""
+    )
     title = f"KernelBench run {run.run_dir.name}: {model}"
     reported_head = (
         '<th title="the speedup the solution came with (its score_default), measured by its authors">'
@@ -402,7 +419,7 @@ def render(run: RunData, out_dir: Path, price_in: float | None = None, price_out
 Tolerance: {html.escape(tolerance or "service default")}.
 TF32: {html.escape(tf32 or "service default")}.
 fast_p = share of all tasks that are correct with speedup &gt; p; geomean over correct tasks.</p>
-{_metric_table(overall, groups)}
+{degenerate}{_metric_table(overall, groups)}
 <h2>Plots</h2>
 <div class="plots">
 {speedup_histogram(speedups)}

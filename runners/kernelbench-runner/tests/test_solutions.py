@@ -172,6 +172,32 @@ def test_cuda_l1_levels_object_is_judged_against_its_own_references(
     assert_resumes_without_judging(args, run_dir, 2)
 
 
+#: A degenerate problem (CUDA-L1's L2_66: a softmax over a dimension of size 1 is all ones) and the
+#: constant that answers it.
+REF_CONSTANT = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.softmax(x.mean(dim=1, keepdim=True), dim=1)
+
+def get_inputs():
+    return [torch.randn(8, 16)]
+
+def get_init_inputs():
+    return []
+"""
+ONES = """
+import torch
+import torch.nn as nn
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return torch.ones(x.shape[0], 1, dtype=x.dtype, device=x.device)
+"""
+
+
 def test_cuda_l1_json_lines_keep_their_fields_and_the_report_shows_the_reported_speedup(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, service_url: str
 ) -> None:
@@ -189,13 +215,14 @@ def test_cuda_l1_json_lines_keep_their_fields_and_the_report_shows_the_reported_
             "score_default": 3.25,
             "cudnn_code": ADD,
         },
+        {"level_id": 2, "task_id": 66, "ref_code": REF_CONSTANT, "custom_code": ONES, "score_default": 1.0},
     ]
     corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
     args = run_args("lines", corpus, service_url)
     result = invoke(args)
     assert result.exit_code == 0, result.output
     run_dir = tmp_path / "runs" / "lines"
-    assert verdicts(run_dir) == {"L1_1": "correct", "L2_5": "correct"}
+    assert verdicts(run_dir) == {"L1_1": "correct", "L2_5": "correct", "L2_66": "correct"}
     task = json.loads((run_dir / "tasks.jsonl").read_text().splitlines()[1])
     assert task["solution"]["fields"] == {"score_default": 3.25, "cudnn_code": ADD}  # all kept on the task
     assert task["solution"]["source"] == "h100.json:3" and task["reference_code"] == REF_RELU
@@ -204,10 +231,10 @@ def test_cuda_l1_json_lines_keep_their_fields_and_the_report_shows_the_reported_
     (relu,) = [e for e in evaluations if e["task_id"] == "L2_5"]
     assert relu["data"]["details"]["solution"]["fields"] == {"score_default": 3.25}  # numbers only
     reported = {t["task_id"]: t["details"].get("reported_speedup") for t in score["per_task"]}
-    assert reported == {"L1_1": 1.5, "L2_5": 3.25}
+    assert reported == {"L1_1": 1.5, "L2_5": 3.25, "L2_66": 1.0}
     assert set(score["groups"]) == {"level1", "level2"}
 
-    assert_resumes_without_judging(args, run_dir, 2)
+    assert_resumes_without_judging(args, run_dir, 3)
     rescored = invoke(["score", "--run-id", "lines", "--service-url", service_url])  # stored tasks read back
     assert rescored.exit_code == 0, rescored.output
 
@@ -215,6 +242,8 @@ def test_cuda_l1_json_lines_keep_their_fields_and_the_report_shows_the_reported_
     assert report.exit_code == 0, report.output
     html = Path(report.output.strip()).read_text()
     assert "reported speedup</th>" in html and '<td class="num reported">3.250</td>' in html
+    # a degenerate problem (its reference's output is constant) is marked, the others are not
+    assert html.count('class="num constant"') == 1 and "1 task(s) marked &dagger;" in html
 
 
 def test_model_solutions_without_a_solutions_file_fails_each_task_saying_why(
