@@ -9,8 +9,8 @@ the model from the reference's init inputs and calls it once on the reference's 
 ``meta`` device (no memory, no arithmetic), with the CUDA queries a build makes answered for the GPUs the
 service judges on (``TORCH_CUDA_ARCH_LIST``); then once more on fake CUDA tensors (``FakeTensorMode``: a
 device of "cuda", shapes only, its streams, events and graphs inert), for the builds a submission starts
-only on a CUDA input (``if x.is_cuda: ... load_inline``: one of CUDA-L1's first 41 level-1 tasks spent 28 s
-of its GPU's time building there). Each ``load_inline`` reached on the way builds into the shared
+only on a CUDA input (``if x.is_cuda: ... load_inline``: 7 solutions of CUDA-L1's first release, each
+15-37 s of its GPU's time). Each ``load_inline`` reached on the way builds into the shared
 build cache, where the GPU worker's identical call then only loads it. The module is imported again there
 first, under those answers: a build guarded at import (``if torch.cuda.is_available():``, ``has_cuda =
 ...``: 41 of the 73 extensions of CUDA-L1's first release ask) is skipped by the compile worker's own
