@@ -47,14 +47,14 @@ def flatten_outputs(out: Any) -> list[Any]:
 
 def fingerprint(out: Any) -> tuple[Any, ...] | None:
     """What tells two outputs apart cheaply: each tensor's shape, dtype, float64 sum, first and last
-    element (None for what it cannot read: complex or empty tensors). Outputs of different random inputs
+    element (None for what it cannot read: complex, empty or sparse tensors). Outputs of different random inputs
     share it only if they are constant (``reference_constant``)."""
     parts: list[Any] = []
     for item in flatten_outputs(out):
         if not isinstance(item, torch.Tensor):
             parts.append(repr(item)[:200])
             continue
-        if item.is_complex() or item.numel() == 0:
+        if item.is_complex() or item.numel() == 0 or item.layout != torch.strided:
             return None
         flat = item.detach().reshape(-1)
         ends = torch.stack([flat[0], flat[-1]]).double().tolist()
