@@ -169,6 +169,7 @@ def _row(ev: EvalResult) -> dict[str, Any]:
     max_abs = _num(d.get("max_abs_error"))
     elapsed = d.get("elapsed") if isinstance(d.get("elapsed"), dict) else {}
     phases = d.get("phases") if isinstance(d.get("phases"), dict) else {}
+    gate = d.get("timing_gate") if isinstance(d.get("timing_gate"), dict) else {}
     total = _num(elapsed.get("total_s"))
     # the answer's compile_s is the compile pool's time plus the eval worker's load phase (its own
     # imports and builds, on the GPU's clock): only the pool's is not the worker's
@@ -185,6 +186,10 @@ def _row(ev: EvalResult) -> dict[str, Any]:
         "backend": d.get("backend"),
         "worker_s": worker_s,
         "build_s": _num(phases.get("worker_build")) or 0.0,
+        # a call under 10 us: timed in fresh process pairs, each this long to start and to time (s)
+        "pairs": [_num(gate.get(k)) for k in ("process_pairs", "pair_start_s", "pair_time_s")]
+        if gate.get("process_pairs")
+        else None,
         "elapsed": {k: _num(elapsed.get(k)) for k in ELAPSED_KEYS if k in elapsed},
         "phases": {k: v for k, v in phases.items() if _num(v) is not None},
         "latency_s": ev.latency_s,
@@ -260,6 +265,11 @@ def summarize_run(run_dir: Path) -> dict[str, Any]:
         "by_level": {lv: {k: m[k] for k in keep if k in m} for lv, m in level_metrics.items()},
         "gpu_worker_s": sum(worker),
         "gpu_build_s": sum(r["build_s"] for r in rows),
+        # tasks timed in several process pairs (calls under 10 us) and the eval workers' seconds on them
+        "short_calls": {
+            "tasks": sum(1 for r in rows if r["pairs"] and (r["pairs"][0] or 0) > 1),
+            "worker_s": sum(r["worker_s"] or 0.0 for r in rows if r["pairs"] and (r["pairs"][0] or 0) > 1),
+        },
         "elapsed_s_mean": _means([r["elapsed"] for r in rows if r["elapsed"]]),
         "phase_s_mean": _means([r["phases"] for r in rows if r["phases"]]),
         "reported": compare_reported(rows),
@@ -278,6 +288,10 @@ def print_table(report: dict[str, Any]) -> None:
         f"judged {report['done']}/{_fmt(report['tasks'], 'd')} in {report['wall_s']:.0f}s: "
         f"{_fmt(report['per_min'], '.1f')}/min, workers {report['gpu_worker_s']:.0f}s "
         f"(builds {report['gpu_build_s']:.0f}s), GPU busy share {_fmt(report['gpu_busy_share'], '.2f')}"
+    )
+    short = report.get("short_calls") or {}
+    print(
+        f"short calls (timed in process pairs): {short.get('tasks', 0)} tasks, {short.get('worker_s', 0.0):.0f} worker-s"
     )
     print("\n  family                  n   differ>2x")
     differ = report["reported"]["differ_counts"]

@@ -98,6 +98,13 @@ def test_a_tasks_worker_time_keeps_the_eval_workers_load(corpus: ModuleType) -> 
     row = corpus._row(ev)
     assert row["worker_s"] == pytest.approx(240.0 - 50.0 - 0.1)
     assert row["build_s"] == 61.5
+    assert row["pairs"] is None  # one pair: no short-call accounting
+    gate = {"process_pairs": 8.0, "pair_start_s": 0.65, "pair_time_s": 0.87}
+    paired = EvalResult.model_validate(
+        {"task_id": "L1_28", "model": "solutions",
+         "data": {"status": "correct", "details": {**details, "timing_gate": gate}}}
+    )  # fmt: skip
+    assert corpus._row(paired)["pairs"] == [8.0, 0.65, 0.87]
 
 
 def ref(body: str, n_inputs: int) -> str:
