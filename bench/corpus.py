@@ -134,6 +134,7 @@ def run_command(args: argparse.Namespace, run_id: str, concurrency: int) -> list
         str(args.output_dir),
         "--concurrency",
         str(concurrency),
+        *[arg for task in args.tasks for arg in ("--task-id", task)],
     ]
 
 
@@ -326,6 +327,9 @@ def main() -> int:
     )
     parser.add_argument("--output-dir", type=Path, default=Path("runs"))
     parser.add_argument("--run-id", required=True)
+    parser.add_argument(
+        "--tasks", nargs="*", default=[], help="only these task ids (L1_34 ...): a subset judged"
+    )
     parser.add_argument("--budget-s", type=float, default=540.0, help="stop the run after this long")
     parser.add_argument("--concurrency", type=int, help="tasks in flight [default: 8 per GPU]")
     parser.add_argument("--mps", choices=["auto", "on", "off"], default="auto", help="KS_MPS")

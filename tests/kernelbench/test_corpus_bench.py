@@ -194,3 +194,16 @@ def test_a_tiny_corpus_is_judged_through_the_runner_and_summarized(tmp_path: Pat
         t: p["theirs"] for t, p in pairs.items()
     }
     assert json.loads((tmp_path / "runs" / "tiny.calls.json").read_text()) == s["calls"]
+
+
+def test_a_subset_of_the_corpus_is_asked_of_the_runner_by_task_id(corpus: ModuleType) -> None:
+    """``--tasks``: the solutions a fix is about judged again in a run of their own (the runner's
+    ``--task-id``), not the whole corpus."""
+    import argparse
+
+    args = argparse.Namespace(
+        solutions=Path("h100_xsm.json"), output_dir=Path("runs"), tasks=["L1_34", "L2_20"]
+    )
+    cmd = corpus.run_command(args, "subset", 16)
+    assert cmd[cmd.index("--task-id") :] == ["--task-id", "L1_34", "--task-id", "L2_20"]
+    assert "--task-id" not in corpus.run_command(argparse.Namespace(**{**vars(args), "tasks": []}), "all", 16)
