@@ -47,8 +47,8 @@ def flatten_outputs(out: Any) -> list[Any]:
 
 def fingerprint(out: Any) -> tuple[Any, ...] | None:
     """What tells two outputs apart cheaply: each tensor's shape, dtype, float64 sum, first and last
-    element (None for what it cannot read: complex, empty or sparse tensors). Outputs of different random inputs
-    share it only if they are constant (``reference_constant``)."""
+    element (None for what it cannot read: complex, empty or sparse tensors). Outputs of different random
+    inputs share it only if they are constant (``reference_constant``)."""
     parts: list[Any] = []
     for item in flatten_outputs(out):
         if not isinstance(item, torch.Tensor):
