@@ -93,6 +93,40 @@ def test_a_build_named_after_its_process_is_made_once(tmp_path: Path) -> None:
     assert judged.result["phases"]["worker_build"] == 0.0, judged.result["phases"]
 
 
+#: CUDA-L1's L2_71: the source written to a ``NamedTemporaryFile`` in the shared temporary directory (a random
+#: name, deleted after the build) and the extension named after the module object, built in ``__init__``:
+#: every process's build had another source name and another extension name.
+SOL_NAMED_TEMP_FILE = (
+    SOL_PID_NAME.split("from torch.utils.cpp_extension import load_inline")[0]
+    + """
+SOURCE += 'PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("add_cpu", &add_cpu); }'
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        with tempfile.NamedTemporaryFile(suffix=".cpp", delete=False) as f:
+            f.write(SOURCE.encode())
+        self.ext = load(name=f"ks_tmpfile_add_{id(self)}", sources=[f.name], extra_cflags=["-O1"])
+        os.unlink(f.name)
+
+    def forward(self, a, b):
+        return self.ext.add_cpu(a, b)
+"""
+)
+
+
+def test_a_build_from_a_named_temporary_file_is_made_once(tmp_path: Path) -> None:
+    build_dir = tmp_path / "build-cache" / "tmpfile"
+    compiled, built, judged = compile_then_judge(tmp_path, build_job(SOL_NAMED_TEMP_FILE, build_dir))
+    assert compiled.result is not None and compiled.result["ok"], compiled
+    assert len(built) == 1 and next(iter(built)).startswith("relocated/ks_tmpfile_add_"), built
+    assert judged.result is not None and judged.result["outcome"] == "correct", judged
+    assert libraries(build_dir) == built, (
+        "the eval worker built the library again from its own temporary file"
+    )
+    assert judged.result["phases"]["worker_build"] == 0.0, judged.result["phases"]
+
+
 def test_a_numbered_name_has_a_stem_and_others_keep_theirs() -> None:
     assert stable_name("huber_loss_cuda_4242") == "huber_loss_cuda"
     assert stable_name("fused_conv_140234598712") == "fused_conv"
@@ -108,17 +142,24 @@ def test_only_builds_outside_the_build_dir_move_and_their_place_is_named_by_cont
     (inside / "a.cpp").write_text("int a;")
     assert relocation(str(root), "ext", [str(inside / "a.cpp")], str(inside), [], None) is None
 
-    def temp_build(text: str) -> tuple[list[str], str, list[str]] | None:
+    def temp_build(text: str, source: str = "a.cpp") -> tuple[list[str], str, list[str], str] | None:
         tmp = Path(tempfile.mkdtemp(dir=tmp_path))
-        (tmp / "a.cpp").write_text(text)
-        (tmp / "a.h").write_text("#define A 1")
+        (tmp / source).write_text('#include "a.h"\n#include <vector>\n' + text)
+        (tmp / "a.h").write_text('#include "b.h"\n#define A 1')
+        (tmp / "b.h").write_text("#define B 1")
+        (tmp / "c.h").write_text("#define C 1")  # included by nothing
+        (tmp / "leftover.cu").write_text(text + str(tmp))  # another process's, in a shared directory
         (tmp / "notes.txt").write_text("not a source")
-        return relocation(str(root), "ext", [str(tmp / "a.cpp")], str(tmp), [["-O1"]], [str(tmp)])
+        return relocation(str(root), "ext", [str(tmp / source)], str(tmp), [["-O1"]], [str(tmp)])
 
-    first, again, other = temp_build("int a;"), temp_build("int a;"), temp_build("int b;")
+    first, again, other = temp_build("int a;"), temp_build("int a;", "tmpq7x2.cpp"), temp_build("int b;")
     assert first is not None and again is not None and other is not None
-    assert first == again  # two processes' random directories, one place
+    assert first == again  # two processes' random directories and source names, one place
     assert other[1] != first[1]  # other bytes, another place
     sources, dest, includes, name = first
-    assert includes == [dest] and sources == [str(Path(dest) / "a.cpp")] and name == "ext"
-    assert sorted(p.name for p in Path(dest).iterdir()) == ["a.cpp", "a.h"]  # the header beside it, no notes
+    assert (
+        includes == [dest] and len(sources) == 1 and Path(sources[0]).parent == Path(dest) and name == "ext"
+    )
+    assert Path(sources[0]).suffix == ".cpp" and Path(sources[0]).read_text().endswith("int a;")
+    # the headers it includes (transitively), nothing else of the directory
+    assert sorted(p.name for p in Path(dest).iterdir()) == sorted([Path(sources[0]).name, "a.h", "b.h"])

@@ -10,9 +10,9 @@ compiles again on the GPU worker's clock, 30-60 s each.
 So in every process that loads a solution (the compile worker, its forked lazy-build run, the candidate's
 sides), :func:`relocate_builds` wraps torch's ``_jit_compile``: a build whose sources or build directory
 lie outside ``TORCH_EXTENSIONS_DIR`` (the job's build dir) is made in ``relocated/<name>-<key>`` under it,
-``<key>`` the hash of the extension's name, its flags and the bytes of every file of its sources'
-directory, which are copied there (its C/C++/CUDA files, bounded: ``MAX_FILES``, ``MAX_BYTES``; a header
-beside a source keeps working). Identical solutions in any process then name the same paths, so the
+``<key>`` the hash of the extension's name, its flags and the bytes of its sources and of the files beside
+them that they include, which are copied there (bounded: ``MAX_FILES``, ``MAX_BYTES``; a header beside a
+source keeps working; a source whose own name is random, a ``NamedTemporaryFile``'s, is named by its bytes). Identical solutions in any process then name the same paths, so the
 compile pool builds and every side only loads (ninja finds nothing to do), and the recorded build
 (``artifacts.recording_builds``, ``failed_builds``) covers it like a ``load_inline`` one. Files are
 written only when their bytes differ, so an unchanged source keeps its time stamp. Anything else (sources
@@ -59,23 +59,39 @@ def _inside(path: str, root: str) -> bool:
     return os.path.commonpath([os.path.realpath(path), root]) == root
 
 
-def _files_of(directory: str, sources: set[str]) -> list[Path] | None:
-    """``sources`` and the other C/C++/CUDA files directly in ``directory`` (what a source may include),
-    if few and small enough to copy; else None."""
-    files, total = [], 0
-    try:
-        entries = sorted(os.scandir(directory), key=lambda e: e.name)
-    except OSError:
-        return None
-    for entry in entries:
-        if entry.is_symlink():
-            continue
-        if entry.is_file() and (entry.name in sources or Path(entry.name).suffix in SOURCE_SUFFIXES):
-            total += entry.stat().st_size
-            files.append(Path(entry.path))
-        if len(files) > MAX_FILES or total > MAX_BYTES:
+_INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*["<]([^">/\\]+)[">]', re.MULTILINE)
+
+
+def _files_of(directory: str, sources: list[str]) -> dict[str, bytes] | None:
+    """The bytes of ``sources`` (files of ``directory``) and of the files beside them that they include by
+    name, transitively, if few and small enough to copy; else None.
+
+    Only what they include: a shared directory (``/tmp``, where ``NamedTemporaryFile`` writes) holds other
+    processes' leftovers, which must neither be copied nor change the build's key."""
+    own = {os.path.basename(s) for s in sources}
+    contents: dict[str, bytes] = {}
+    wanted, total = sorted(own), 0
+    while wanted:
+        name = wanted.pop()
+        path = os.path.join(directory, name)
+        ours = name in own or (
+            Path(name).suffix in SOURCE_SUFFIXES and os.path.isfile(path) and not os.path.islink(path)
+        )
+        if name in contents or not ours:
+            continue  # a system header, or nothing of ours
+        try:
+            contents[name] = data = Path(path).read_bytes()
+        except OSError:
             return None
-    return files
+        total += len(data)
+        if len(contents) > MAX_FILES or total > MAX_BYTES:
+            return None
+        wanted.extend(_included(data))
+    return contents
+
+
+def _included(data: bytes) -> set[str]:
+    return {m.decode(errors="replace") for m in _INCLUDE.findall(data)}
 
 
 def _write_if_changed(path: Path, data: bytes) -> None:
@@ -107,23 +123,30 @@ def relocation(
     if len(dirs) != 1:
         return None
     (src_dir,) = dirs
-    files = _files_of(src_dir, {os.path.basename(s) for s in sources})
-    if files is None:
+    contents = _files_of(src_dir, sources)
+    if contents is None:
         return None
-    contents = {f.name: f.read_bytes() for f in files}
+    included = set().union(*map(_included, contents.values()))
+    # a source's own name may be random (``NamedTemporaryFile(suffix=".cu")``): named by its bytes unless
+    # a file includes it by name
+    renamed = {}
+    for i, source in enumerate(os.path.basename(s) for s in sources):
+        short = hashlib.sha256(contents[source]).hexdigest()[:12]
+        renamed[source] = source if source in included else f"source{i}-{short}{Path(source).suffix}"
+    placed = {renamed.get(file_name, file_name): data for file_name, data in contents.items()}
     includes = [str(p) for p in include_paths or []]
     # the sources' directory, a random name, is named by its contents only
     named = [("<sources>" if os.path.abspath(p) == src_dir else p) for p in includes]
     digest = hashlib.sha256(json.dumps([stem or name, flags, named], default=str).encode())
-    for file_name, data in contents.items():
+    for file_name, data in sorted(placed.items()):
         digest.update(file_name.encode() + b"\0" + hashlib.sha256(data).digest())
     key = digest.hexdigest()[:16]
     new_name = name if stem is None else f"{stem}_{key}"
     dest = Path(root) / RELOCATED_DIR / (new_name if stem else f"{name}-{key}")
     dest.mkdir(parents=True, exist_ok=True)
-    for file_name, data in contents.items():
+    for file_name, data in placed.items():
         _write_if_changed(dest / file_name, data)
-    moved = [str(dest / os.path.basename(s)) for s in sources]
+    moved = [str(dest / renamed[os.path.basename(s)]) for s in sources]
     return moved, str(dest), [(str(dest) if n == "<sources>" else n) for n in named], new_name
 
 
