@@ -69,9 +69,15 @@ PERF_PROCESSES = 5
 #: The candidate's level (us) before its code was loaded and after its kernel's readings, the one those
 #: readings are net of, and the settling drift: the report's mean over the pairs.
 LEVEL_KEYS = ("candidate_null_us", "candidate_after_us", "candidate_level_us", SETTLE_KEY)
-#: Readings of each input a pair takes at least (its share of ``perf_trials`` may be fewer): one process's
-#: readings spread only 0.1-0.4%, so a few a process do, and each costs a fresh set of inputs per call.
+#: Readings of each input a pair takes at least (its share of ``perf_trials`` may be fewer), each a fresh set
+#: of inputs per call.
 PAIR_MIN_READINGS = 3
+#: On a GPU, the readings a pair takes of an op's inputs together at least, shared among them (the op's
+#: speedup is their geometric mean). Why: under MPS a reading is one call, and one process's readings of an
+#: 8 us op spread 2-6% (robust sd, 2x H200, the smoke self-check's ``reading_sd_pct``): at 4 a pair (20
+#: trials over 5 pairs) a pair's speedup spread 1-9% and 10 of 36 self-checks fell outside 0.98-1.02, the
+#: op against itself (BENCHMARKS.md, issue 52). A reading costs a few ms; starting a pair ~0.6 s.
+GPU_PAIR_READINGS = 24
 
 
 @dataclass
@@ -216,10 +222,13 @@ def _time_block(
                 reading_size(run, base, timers, [(list(c.args), c.kwargs)], op[j])[0]
                 for j, c in enumerate(cases)
             ]
-    # each input its perf_trials calls, shared among the pairs (at least PAIR_MIN_READINGS readings each)
-    counts = [
-        max(math.ceil(reading_count(opts.perf_trials, size) / share), PAIR_MIN_READINGS) for size in sizes
-    ]
+    # each input its perf_trials calls, shared among the pairs (at least PAIR_MIN_READINGS readings each,
+    # on a GPU at least GPU_PAIR_READINGS among the inputs)
+    least = max(
+        PAIR_MIN_READINGS,
+        math.ceil(GPU_PAIR_READINGS / max(len(cases), 1)) if run.device.type == "cuda" else 0,
+    )
+    counts = [max(math.ceil(reading_count(opts.perf_trials, size) / share), least) for size in sizes]
 
     def draw() -> list[list[int]]:
         return [[fresh_seed() for _ in range(max(sizes))] for _ in range(max(counts))]
