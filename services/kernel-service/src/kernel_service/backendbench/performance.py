@@ -67,8 +67,9 @@ def _shapes(case: Case) -> Iterator[tuple[Any, ...]]:
 #: an op read within +-2% of itself.
 PERF_PROCESSES = 5
 #: The candidate's level (us) before its code was loaded and after its kernel's readings, the one those
-#: readings are net of, and the settling drift: the report's mean over the pairs.
-LEVEL_KEYS = ("candidate_null_us", "candidate_after_us", "candidate_level_us", SETTLE_KEY)
+#: readings are net of, the one the op's readings in its process are net of, and the settling drift: the
+#: report's mean over the pairs.
+LEVEL_KEYS = ("candidate_null_us", "candidate_after_us", "candidate_level_us", "own_level_us", SETTLE_KEY)
 #: Readings of each input a pair takes at least (its share of ``perf_trials`` may be fewer), each a fresh set
 #: of inputs per call.
 PAIR_MIN_READINGS = 3
@@ -282,12 +283,18 @@ def _time_block(
         return got, copied
 
     own_raw: list[list[float]] = []  # the op in the candidate's process (``load``)
+    own_null_ms: float | None = None  # the level they are read against (under MPS)
     if load is not None:
         warm_up("candidate", as_op=True)
         settle, _ = own_readings()  # only brings the process to where the kernel's readings will find it
         own_raw, copies["own"] = own_readings()
         if settle and settle[0]:
             levels[SETTLE_KEY] = pct_apart(own_raw[0], settle[0])
+        if mps and run.candidate_null_ms is not None:  # the level after them, before the import
+            own_after_ms = calibrate(run, base, timers["candidate"], [(list(cases[0].args), cases[0].kwargs)],
+                                     role="candidate")  # fmt: skip
+            own_null_ms = own_level(run.candidate_null_ms, own_after_ms)
+            levels["own_level_us"] = round(own_null_ms * 1e3, 3)
         load()
     warm_up("candidate")
     for i in range(len(seeds)):
@@ -339,7 +346,11 @@ def _time_block(
     if load is not None:  # the op's time from the candidate's process; the reference process's only reported
         # against the level from before the kernel's import: a kernel that lowers the level after it (a
         # *done* before *go*) raises its own time, never the op's (a slow kernel would gain from both rising)
-        before = run.candidate_null_ms if run.candidate_null_ms is not None else kernel_null
+        # and, as the kernel's level is the lower of two (before its import, after its readings), the op's
+        # is the lower of two from before the import (before its readings, after them): the lower of two
+        # noisy levels sits ~0.4 sd below either: read against one, the op in its own readings read 0.5-1%
+        # faster than as the kernel (2x H200, 8 us ops: the smoke self-check's mean 0.99)
+        before = own_null_ms if own_null_ms is not None else kernel_null
         own = [net(own_raw[j], before, sizes[j]) for j in range(len(cases))]
         if own and own[0] and ref[0]:
             own_info[OWN_KEY] = pct_apart(own[0], ref[0])
