@@ -111,13 +111,14 @@ class Judge:
         return path
 
     def side_request(self, tmp: Path, build_dir: str, role: str) -> dict[str, Any]:
+        """What a side process may do. It writes its temp dir and its job's build dir, not the rest of the
+        worker's (the build cache: another submission's sources and extensions, which a candidate could
+        replace before they load)."""
         p = self.policy
         cache = str(self.kernel_cache)
         return {
             "tmp": str(tmp),
-            "writable": [str(w) for w in p.writable[1:]]
-            + [build_dir]
-            + ([cache] if role == "reference" else []),
+            "writable": [build_dir] + ([cache] if role == "reference" else []),
             "readable": [str(r) for r in p.readable] + ([cache] if role != "reference" else []),
             "kernel_cache": cache,
             "fsize": p.fsize_bytes,

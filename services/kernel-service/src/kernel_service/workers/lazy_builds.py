@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import time
 import traceback
 from collections.abc import Callable
@@ -209,6 +208,7 @@ def warm_lazy_builds(
     module's) again there first; the builds it made are appended to ``built``
     (``artifacts.recording_builds``' list, which the child filled). Returns the seconds it took."""
     from ..judging.harness import load_module
+    from .forked import run_forked
 
     t0 = time.perf_counter()
     try:
@@ -216,25 +216,11 @@ def warm_lazy_builds(
     except Exception:  # noqa: BLE001 - the eval worker reports a broken reference; nothing to warm here
         return 0.0
     record = workdir / "lazy-builds.json"
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child's coverage is what the parent reads back
-        code = 0
-        try:
-            lazy_runs(module, reference, source, workdir, lambda: record.write_text(json.dumps(built)))
-        except BaseException:  # noqa: BLE001
-            code = 1
-        finally:
-            os._exit(code)
-    deadline = time.monotonic() + min(budget_s, MAX_LAZY_S)
-    while True:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            break
-        time.sleep(0.02)
+
+    def work() -> None:
+        lazy_runs(module, reference, source, workdir, lambda: record.write_text(json.dumps(built)))
+
+    run_forked(work, min(budget_s, MAX_LAZY_S))
     try:
         seen = json.loads(record.read_text())
     except (OSError, ValueError):

@@ -10,7 +10,8 @@ not the submission's) and ``result``.
 The worker hardens itself before it imports torch (``sandbox.harden_worker``): no core dumps, a
 file-size cap (with SIGXFSZ ignored so an oversized write fails with EFBIG instead of killing the
 worker), optionally a process-count cap, and Landlock (writes only to its temp dir and the build cache,
-reads only system and Python dirs, no TCP). It is a child subreaper, so a daemon a solution leaves
+reads only system and Python dirs, no TCP); a compile worker imports each submission in a forked child
+that may write only its job's dirs (``forked``). It is a child subreaper, so a daemon a solution leaves
 behind is found and killed after the job. It asks to be recycled (``result["recycle"]``) after a fault,
 after leftover processes, or when a job left a patch on torch or the harness: a warm worker must judge
 the next submission with clean code. The parent puts it in its own session/process group and kills the
@@ -429,18 +430,40 @@ def _cuda_healthy() -> bool:
 def compile_only(job: Job, workdir: Path, env: Environment, report: PhaseReporter) -> dict[str, Any]:
     """Import the solution once so its ``load_inline`` builds land in the shared build cache, then build
     and call its model once on ``meta``, then on fake CUDA tensors, for the builds it starts lazily
-    (``lazy_builds``).
+    (``lazy_builds``); all of it in a forked child that may write only its job's dirs (``forked``).
 
     The builds it started are reported (``extensions``): what a Ray compile actor packs into an artifact
     that another node loads without building (``artifacts.pack``)."""
+    from ..judging.harness import usable_build_dir
+    from .forked import confine, run_forked
+
+    report("compile")
+    t0 = time.perf_counter()
+    answer = workdir / "compile-answer.json"
+    build_dir = Path(usable_build_dir(Path(job.build_dir), workdir))
+    pch = [Path(p) for p in [os.environ.get("KS_BUILD_PCH", "")] if p]  # opt-in fast builds: shared
+
+    def work() -> None:
+        confine([workdir, build_dir, *pch])
+        answer.write_text(json.dumps(_compile(job, workdir, t0), default=str))
+
+    status = run_forked(work, job.options.timeout_s)
+    try:
+        return dict(json.loads(answer.read_text()))
+    except (OSError, ValueError):
+        why = "timed out" if status is None else f"ended ({status}) without an answer"
+        return {"ok": False, "build_error": False, "message": f"the solution's import {why}",
+                "compile_s": time.perf_counter() - t0}  # fmt: skip
+
+
+def _compile(job: Job, workdir: Path, t0: float) -> dict[str, Any]:
+    """:func:`compile_only`'s work, in its child."""
     from ..judging.harness import HarnessError, load_solution
     from ..judging.schemas import excerpt
     from .artifacts import failed_builds, recording_builds
     from .fast_builds import pch_session
     from .lazy_builds import warm_lazy_builds
 
-    report("compile")
-    t0 = time.perf_counter()
     lazy_s = 0.0
     try:
         with pch_session() as hook, recording_builds(hook) as built:
