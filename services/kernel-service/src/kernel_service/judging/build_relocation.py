@@ -12,7 +12,8 @@ sides), :func:`relocate_builds` wraps torch's ``_jit_compile``: a build whose so
 lie outside ``TORCH_EXTENSIONS_DIR`` (the job's build dir) is made in ``relocated/<name>-<key>`` under it,
 ``<key>`` the hash of the extension's name, its flags and the bytes of its sources and of the files beside
 them that they include, which are copied there (bounded: ``MAX_FILES``, ``MAX_BYTES``; a header beside a
-source keeps working; a source whose own name is random, a ``NamedTemporaryFile``'s, is named by its bytes). Identical solutions in any process then name the same paths, so the
+source keeps working; a source whose own name is random, a ``NamedTemporaryFile``'s, is named by its
+bytes). Identical solutions in any process then name the same paths, so the
 compile pool builds and every side only loads (ninja finds nothing to do), and the recorded build
 (``artifacts.recording_builds``, ``failed_builds``) covers it like a ``load_inline`` one. Files are
 written only when their bytes differ, so an unchanged source keeps its time stamp. Anything else (sources
