@@ -12,6 +12,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import pytest
 from kernel_service.judging.build_relocation import relocation, stable_name
 from ks_build_jobs import build_job, compile_then_judge, libraries
 
@@ -83,16 +84,6 @@ class ModelNew(nn.Module):
 )
 
 
-def test_a_build_named_after_its_process_is_made_once(tmp_path: Path) -> None:
-    build_dir = tmp_path / "build-cache" / "pid-name"
-    compiled, built, judged = compile_then_judge(tmp_path, build_job(SOL_PID_NAME, build_dir))
-    assert compiled.result is not None and compiled.result["ok"], compiled
-    assert len(built) == 1 and next(iter(built)).startswith("relocated/ks_pid_add_"), built
-    assert judged.result is not None and judged.result["outcome"] == "correct", judged
-    assert libraries(build_dir) == built, "the eval worker built the library again under its own name"
-    assert judged.result["phases"]["worker_build"] == 0.0, judged.result["phases"]
-
-
 #: CUDA-L1's L2_71: the source written to a ``NamedTemporaryFile`` in the shared temporary directory (a random
 #: name, deleted after the build) and the extension named after the module object, built in ``__init__``:
 #: every process's build had another source name and another extension name.
@@ -115,15 +106,18 @@ class ModelNew(nn.Module):
 )
 
 
-def test_a_build_from_a_named_temporary_file_is_made_once(tmp_path: Path) -> None:
-    build_dir = tmp_path / "build-cache" / "tmpfile"
-    compiled, built, judged = compile_then_judge(tmp_path, build_job(SOL_NAMED_TEMP_FILE, build_dir))
+@pytest.mark.parametrize(
+    ("solution", "prefix"),
+    [(SOL_PID_NAME, "relocated/ks_pid_add_"), (SOL_NAMED_TEMP_FILE, "relocated/ks_tmpfile_add_")],
+    ids=["named_after_its_process", "from_a_named_temporary_file"],
+)
+def test_a_build_under_a_name_of_its_process_is_made_once(tmp_path: Path, solution: str, prefix: str) -> None:
+    build_dir = tmp_path / "build-cache" / "b"
+    compiled, built, judged = compile_then_judge(tmp_path, build_job(solution, build_dir))
     assert compiled.result is not None and compiled.result["ok"], compiled
-    assert len(built) == 1 and next(iter(built)).startswith("relocated/ks_tmpfile_add_"), built
+    assert len(built) == 1 and next(iter(built)).startswith(prefix), built
     assert judged.result is not None and judged.result["outcome"] == "correct", judged
-    assert libraries(build_dir) == built, (
-        "the eval worker built the library again from its own temporary file"
-    )
+    assert libraries(build_dir) == built, "the eval worker built the library again under its own names"
     assert judged.result["phases"]["worker_build"] == 0.0, judged.result["phases"]
 
 

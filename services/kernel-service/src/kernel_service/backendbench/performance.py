@@ -282,6 +282,12 @@ def _time_block(
                 copied[j].append(call.copy_ms)
         return got, copied
 
+    def candidate_level() -> float:
+        """The path's level (ms) through the candidate's process now (null calls)."""
+        return calibrate(
+            run, base, timers["candidate"], [(list(cases[0].args), cases[0].kwargs)], role="candidate"
+        )
+
     own_raw: list[list[float]] = []  # the op in the candidate's process (``load``)
     own_null_ms: float | None = None  # the level they are read against (under MPS)
     if load is not None:
@@ -291,9 +297,7 @@ def _time_block(
         if settle and settle[0]:
             levels[SETTLE_KEY] = pct_apart(own_raw[0], settle[0])
         if mps and run.candidate_null_ms is not None:  # the level after them, before the import
-            own_after_ms = calibrate(run, base, timers["candidate"], [(list(cases[0].args), cases[0].kwargs)],
-                                     role="candidate")  # fmt: skip
-            own_null_ms = own_level(run.candidate_null_ms, own_after_ms)
+            own_null_ms = own_level(run.candidate_null_ms, candidate_level())
             levels["own_level_us"] = round(own_null_ms * 1e3, 3)
         load()
     warm_up("candidate")
@@ -307,8 +311,7 @@ def _time_block(
     kernel_null: float | None = None  # under MPS: the candidate's own level, its calls read against it
     mode_info: dict[str, float] = {}
     if mps and run.candidate_null_ms is not None:
-        after_ms = calibrate(run, base, timers["candidate"], [(list(cases[0].args), cases[0].kwargs)],
-                             role="candidate")  # fmt: skip
+        after_ms = candidate_level()
         kernel_null = own_level(run.candidate_null_ms, after_ms)
         levels |= {"candidate_null_us": round(run.candidate_null_ms * 1e3, 2),
                    "candidate_after_us": round(after_ms * 1e3, 2)}  # fmt: skip
