@@ -254,6 +254,7 @@ def summarize_run(run_dir: Path) -> dict[str, Any]:
     level_metrics = metrics_by_level(records) if records else {}
     keep = ("n", "correct_rate", "fast_1", "fast_2", "geomean_speedup")
     worker = [r["worker_s"] for r in rows if r["worker_s"] is not None]
+    paired = [r for r in rows if r["pairs"] and (r["pairs"][0] or 0) > 1]  # calls under 10 us: several pairs
     return {
         "done": len(rows),
         "outcomes": {
@@ -267,10 +268,7 @@ def summarize_run(run_dir: Path) -> dict[str, Any]:
         "gpu_worker_s": sum(worker),
         "gpu_build_s": sum(r["build_s"] for r in rows),
         # tasks timed in several process pairs (calls under 10 us) and the eval workers' seconds on them
-        "short_calls": {
-            "tasks": sum(1 for r in rows if r["pairs"] and (r["pairs"][0] or 0) > 1),
-            "worker_s": sum(r["worker_s"] or 0.0 for r in rows if r["pairs"] and (r["pairs"][0] or 0) > 1),
-        },
+        "short_calls": {"tasks": len(paired), "worker_s": sum(r["worker_s"] or 0.0 for r in paired)},
         "elapsed_s_mean": _means([r["elapsed"] for r in rows if r["elapsed"]]),
         "phase_s_mean": _means([r["phases"] for r in rows if r["phases"]]),
         "reported": compare_reported(rows),
