@@ -72,6 +72,40 @@ def test_builds_in_init_and_forward_are_made_on_the_compile_pool(tmp_path: Path)
     assert judged.result["phases"]["worker_build"] == 0.0, judged.result["phases"]
 
 
+#: Built into a directory relative to where it runs, made first, a failure falling back to PyTorch (CUDA-L1's
+#: L1_24, L1_50, L1_95, L2_8 have this shape): the compile worker must run it where it may write.
+SOL_RELATIVE_DIR = (
+    SOL_LAZY.split("class ModelNew")[0]
+    + """
+import os
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        try:
+            os.makedirs("cuda_extensions", exist_ok=True)
+            self.ext = load_inline(name="ks_relative_add", cpp_sources=ADD, functions=["add_cpu"],
+                                   extra_cflags=["-O1"], build_directory="cuda_extensions")
+        except Exception as e:
+            print(f"Failed to load the extension: {e}")
+            self.ext = None
+
+    def forward(self, a, b):
+        return self.ext.add_cpu(a, b) if self.ext is not None else a + b
+"""
+)
+
+
+def test_a_build_into_a_relative_dir_is_made_on_the_compile_pool(tmp_path: Path) -> None:
+    build_dir = tmp_path / "build-cache" / "relative"
+    compiled, built, judged = compile_then_judge(tmp_path, build_job(SOL_RELATIVE_DIR, build_dir))
+    assert compiled.result is not None and compiled.result["ok"], compiled
+    assert [Path(p).name for p in built] == ["ks_relative_add.so"], (built, compiled.output)
+    assert judged.result is not None and judged.result["outcome"] == "correct", judged
+    assert libraries(build_dir) == built, "the eval worker built the library again instead of loading it"
+    assert judged.result["phases"]["worker_build"] == 0.0, judged.result["phases"]
+
+
 #: Built at import only where CUDA answers (41 of the 73 extensions of CUDA-L1's first release ask), the
 #: others falling back to PyTorch: the compile worker's own import (no GPU) skips the build.
 SOL_GUARDED = (

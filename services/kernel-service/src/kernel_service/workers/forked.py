@@ -24,9 +24,15 @@ _PR_SET_PDEATHSIG = 1
 
 def confine(writable: list[Path]) -> None:
     """In a forked child: write only under ``writable`` (its job's dirs) from now on, it and its children
-    (the compilers); its temp dir and home the first of them. Reads stay as the worker's policy has them.
-    Where the worker has no Landlock, nothing is narrowed (the worker's own report says so)."""
+    (the compilers); its temp dir, home and working directory the first of them. Reads stay as the worker's
+    policy has them. Where the worker has no Landlock, nothing is narrowed (the worker's own report says so).
+
+    The working directory too: model-written solutions build into a relative dir (``os.makedirs(
+    "cuda_extensions")``, ``build_directory="tmp_ext"``: 5 of CUDA-L1's first release), which in the
+    worker's own directory the child may not write; the build then failed here, the solution fell back,
+    and each of its sides (whose working directory is their own) built it on the GPU worker, 14-61 s."""
     base = sandbox.policy_from_env(writable[0])
+    os.chdir(writable[0])
     os.environ["TMPDIR"] = os.environ["HOME"] = str(writable[0])
     os.environ["XDG_CACHE_HOME"] = str(writable[0] / "cache")
     tempfile.tempdir = str(writable[0])
