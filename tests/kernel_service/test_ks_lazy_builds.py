@@ -174,20 +174,74 @@ def test_a_build_reached_only_with_cuda_inputs_is_made_on_the_compile_pool(tmp_p
 
 
 def test_the_answer_counts_the_phases_in_which_the_worker_built(tmp_path: Path) -> None:
-    """``phases["worker_build"]``: a phase's seconds when a build wrote in the build dir during it, else 0."""
+    """``phases["worker_build"]``: a phase's seconds when a build wrote in the build dir during it, or made
+    a library, an object or a ninja file in the candidate's side dir (not in its Triton, Inductor caches),
+    else 0."""
     from kernel_service.kernelbench.judge import _WorkerBuilds
 
-    (tmp_path / "ext").mkdir()
-    builds = _WorkerBuilds(tmp_path)
+    build, sides = tmp_path / "build", tmp_path / "candidate"
+    (build / "ext").mkdir(parents=True)
+    (sides / "triton-cache").mkdir(parents=True)
+    builds = _WorkerBuilds(build, sides)
     assert builds.written_during(2.5) == 0.0
-    (tmp_path / "ext" / "ext.so").write_bytes(b"built while judged")
+    (build / "ext" / "ext.so").write_bytes(b"built while judged")
     assert builds.written_during(2.5) == 2.5
     assert builds.written_during(1.0) == 0.0
     # a build that fails writes no library, and took the phase's time all the same
-    (tmp_path / "failing").mkdir()
-    (tmp_path / "failing" / "build.ninja").write_text("rule cxx")
+    (build / "failing").mkdir()
+    (build / "failing" / "build.ninja").write_text("rule cxx")
     assert builds.written_during(3.0) == 3.0
     assert builds.written_during(1.0) == 0.0
+    # in a side's own dir: its products count, its sources, other files and Triton's cache do not
+    (sides / "tmpab12").mkdir()
+    (sides / "tmpab12" / "main.cpp").write_text("int f();")
+    (sides / "tmpab12" / "inputs.bin").write_bytes(b"0")
+    (sides / "triton-cache" / "launcher.so").write_bytes(b"Triton's")
+    assert builds.written_during(2.0) == 0.0
+    (sides / "tmpab12" / "main.o").write_bytes(b"compiled")
+    assert builds.written_during(4.0) == 4.0
+
+
+#: Builds only after its first calls, in dirs of its own (two, so that it is not moved into the build
+#: cache): the compile pool's single run never reaches it, the eval worker builds it while timing.
+SOL_BUILDS_WHILE_TIMED = (
+    SOL_LAZY.split("class ModelNew")[0]
+    + r"""
+import os
+import tempfile
+from torch.utils.cpp_extension import load
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.calls, self.ext = 0, None
+
+    def forward(self, a, b):
+        self.calls += 1
+        if self.calls == 6 and self.ext is None:
+            one, two = tempfile.mkdtemp(), tempfile.mkdtemp()
+            with open(os.path.join(one, "add.cpp"), "w") as f:
+                f.write("#include <torch/extension.h>\n" + ADD)
+            with open(os.path.join(two, "bind.cpp"), "w") as f:
+                f.write("#include <torch/extension.h>\ntorch::Tensor add_cpu(torch::Tensor a, torch::Tensor b);\n"
+                        "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def(\"add_cpu\", &add_cpu); }\n")
+            self.ext = load(name="ks_timed_add", sources=[os.path.join(one, "add.cpp"), os.path.join(two, "bind.cpp")],
+                            build_directory=tempfile.mkdtemp(), extra_cflags=["-O1"])
+        return self.ext.add_cpu(a, b) if self.ext is not None else a + b
+"""
+)
+
+
+def test_a_build_made_while_timed_is_counted(tmp_path: Path) -> None:
+    """A build in the timing phase (every fresh side of a GPU's process pairs builds again), in the side's
+    own dir: the answer says the worker built."""
+    build_dir = tmp_path / "build-cache" / "timed"
+    job = build_job(SOL_BUILDS_WHILE_TIMED, build_dir)
+    job["options"] = {**job["options"], "measure_performance": True}
+    _, _, judged = compile_then_judge(tmp_path, job)
+    assert judged.result is not None and judged.result["outcome"] == "correct", judged
+    phases = judged.result["phases"]
+    assert phases["worker_build"] >= phases["timing"] > 0, phases
 
 
 def test_the_judging_gpus_capability_is_what_a_lazy_build_reads() -> None:

@@ -149,26 +149,36 @@ def _tf32_flags(mode: str) -> dict[str, bool]:
 
 class _WorkerBuilds:
     """Files written in the job's build dir while the eval worker judged it (a library, an object, the
-    ninja file: a build that fails leaves no library, and took the GPU's time all the same): a build the
-    compile pool did not make (one it did not reach: ``workers.lazy_builds``). Loading a built extension
-    writes nothing of that (``load_inline`` writes its sources, under a name of this process's for a
-    numbered one: ``build_relocation.stable_name``; they are not a build).
+    ninja file: a build that fails leaves no library, and took the GPU's time all the same), and the
+    libraries, objects and ninja files of a build the candidate's sides made in their own dirs (one
+    :mod:`~..judging.build_relocation` does not move: sources in several dirs): a build the compile pool
+    did not make (one it did not reach: ``workers.lazy_builds``). Loading a built extension writes nothing
+    of that (``load_inline`` writes its sources, under a name of this process's for a numbered one:
+    ``build_relocation.stable_name``; they are not a build). Triton's and Inductor's caches (the sides'
+    ``triton-cache``, ``inductor-cache``) are not looked at: torch.compile's first call is not counted.
     ``written_during`` gives the seconds of a phase in which one was written, 0 otherwise:
     ``phases["worker_build"]``, an upper bound on the eval worker's build time (a GPU judging nothing)."""
 
-    def __init__(self, build_dir: Path) -> None:
-        self.dir = build_dir
+    PRODUCTS = frozenset({".so", ".o", ".ninja"})
+    CACHES = frozenset({"triton-cache", "inductor-cache"})
+
+    def __init__(self, build_dir: Path, sides_dir: Path) -> None:
+        self.dir, self.sides_dir = build_dir, sides_dir
         self.seen: dict[Path, float] = {}
         self.seen = self._files()
 
     def _files(self) -> dict[Path, float]:
         try:
-            return {
+            files = {
                 p: p.stat().st_mtime
                 for p in self.dir.rglob("*")
                 if p.is_file() and p.suffix not in SOURCE_SUFFIXES
             }
-        except OSError:  # a file removed while listed (torch's build lock)
+            for p in self.sides_dir.rglob("*"):
+                if p.suffix in self.PRODUCTS and not self.CACHES.intersection(p.parts) and p.is_file():
+                    files[p] = p.stat().st_mtime
+            return files
+        except OSError:  # a file removed while listed (torch's build lock, a side's dir cleared)
             return dict(self.seen)
 
     def written_during(self, seconds: float) -> float:
@@ -228,7 +238,7 @@ def _evaluate(
 
     with phase("load"):
         build_dir = usable_build_dir(Path(job.build_dir), run.workdir)
-        builds = _WorkerBuilds(Path(build_dir))
+        builds = _WorkerBuilds(Path(build_dir), run.workdir / "candidate")
         # the compile pool's arch flags: the sides fork from a zygote started before the worker set them,
         # and other flags would rebuild every extension the compile pool built
         arch = (
@@ -328,6 +338,8 @@ def _evaluate(
         mps = device.type == "cuda" and under_mps()
         own = mps and own_baseline(mps)
         timing = time_sides(run, job, get_inputs, atol, rtol, started, own)
+    # each fresh side imports the solution again: one that builds in every process builds here too
+    phases["worker_build"] += builds.written_during(phases["timing"])
     if timing["mismatch"]:
         return {**common, "outcome": Outcome.INCORRECT.value, "reward": reward_for(Outcome.INCORRECT, None),
                 "message": f"a timed call's output differs from the reference: {timing['mismatch']}"}  # fmt: skip
