@@ -318,6 +318,11 @@ def test_the_timing_report_gives_every_pairs_own_baseline_against_the_reference(
     odd = Block(kernel=[[2.0, 2.2, 1.8]], ref=[[2.0, 2.0, 2.2]], bad={}, gate={})
     assert _spread([pair(1.0), odd])["pair_sd_speedup_pct"] == pytest.approx(100 * 0.7071 / 1.5, abs=0.01)
     assert OWN_KEY not in _spread([pair(None), pair(None)])  # no own baseline: nothing said of it
+    # the two levels' gap, pair by pair, in percent of the op's 8 us call: 1% and 2% of it
+    levels = [{"own_level_us": 12.0 + gap, "candidate_level_us": 12.0} for gap in (0.08, 0.16)]
+    blocks = [Block(kernel=[[0.008]], ref=[[0.008]], bad={}, gate=g) for g in levels]
+    assert _spread(blocks)["pair_sd_level_gap_pct"] == pytest.approx(0.707, abs=1e-3)
+    assert "pair_sd_level_gap_pct" not in _spread([pair(1.0), pair(2.0)])
 
 
 def test_the_index_is_trusted_for_its_torch_release_whatever_the_build_label(

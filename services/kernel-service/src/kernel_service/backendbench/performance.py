@@ -189,6 +189,15 @@ def _spread(blocks: list[Block]) -> dict[str, float]:
     for key in LEVEL_KEYS:  # the candidate's level over its life, the mean over the pairs
         if seen := [b.gate[key] for b in blocks if b.gate and key in b.gate]:
             out[key] = round(statistics.fmean(seen), 3)
+    # how far apart the levels the op's and the kernel's readings are net of sit, pair by pair, in percent
+    # of the op's call: the part of the pairs' speedup spread that the two levels' own noise makes
+    gaps = [
+        100 * (b.gate["own_level_us"] - b.gate["candidate_level_us"]) / (1e3 * statistics.median(b.ref[0]))
+        for b in blocks
+        if b.gate and "own_level_us" in b.gate and "candidate_level_us" in b.gate and b.ref[0]
+    ]
+    if len(gaps) > 1:
+        out["pair_sd_level_gap_pct"] = round(statistics.stdev(gaps), 3)
     return out
 
 
