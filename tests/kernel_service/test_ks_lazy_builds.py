@@ -59,6 +59,10 @@ class ModelNew(nn.Module):
 '''
 
 
+#: SOL_LAZY's imports and C++ sources: the solutions below build them in ways of their own.
+SOURCES = SOL_LAZY.split("class ModelNew")[0]
+
+
 def test_builds_in_init_and_forward_are_made_on_the_compile_pool(tmp_path: Path) -> None:
     build_dir = tmp_path / "build-cache" / "lazy"
     compiled, built, judged = compile_then_judge(tmp_path, build_job(SOL_LAZY, build_dir))
@@ -75,7 +79,7 @@ def test_builds_in_init_and_forward_are_made_on_the_compile_pool(tmp_path: Path)
 #: Built into a directory relative to where it runs, made first, a failure falling back to PyTorch (CUDA-L1's
 #: L1_24, L1_50, L1_95, L2_8 have this shape): the compile worker must run it where it may write.
 SOL_RELATIVE_DIR = (
-    SOL_LAZY.split("class ModelNew")[0]
+    SOURCES
     + """
 import os
 
@@ -109,7 +113,7 @@ def test_a_build_into_a_relative_dir_is_made_on_the_compile_pool(tmp_path: Path)
 #: Built at import only where CUDA answers (41 of the 73 extensions of CUDA-L1's first release ask), the
 #: others falling back to PyTorch: the compile worker's own import (no GPU) skips the build.
 SOL_GUARDED = (
-    SOL_LAZY.split("class ModelNew")[0]
+    SOURCES
     + """
 ext = None
 if torch.cuda.is_available():
@@ -141,7 +145,7 @@ def test_a_build_guarded_on_cuda_at_import_is_made_on_the_compile_pool(tmp_path:
 #: Built only on a CUDA input, with a side stream made first (CUDA-L1's L1_34 has this shape: its build
 #: took 28 s of a GPU's time): the compile worker's meta run never reaches it.
 SOL_ON_CUDA_INPUT = (
-    SOL_LAZY.split("class ModelNew")[0]
+    SOURCES
     + """
 class ModelNew(nn.Module):
     def __init__(self):
@@ -205,7 +209,7 @@ def test_the_answer_counts_the_phases_in_which_the_worker_built(tmp_path: Path) 
 #: Builds only after its first calls, in dirs of its own (two, so that it is not moved into the build
 #: cache): the compile pool's single run never reaches it, the eval worker builds it while timing.
 SOL_BUILDS_WHILE_TIMED = (
-    SOL_LAZY.split("class ModelNew")[0]
+    SOURCES
     + r"""
 import os
 import tempfile
