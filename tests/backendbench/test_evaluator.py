@@ -321,7 +321,13 @@ def test_the_timing_report_gives_every_pairs_own_baseline_against_the_reference(
     # the two levels' gap, pair by pair, in percent of the op's 8 us call: 1% and 2% of it
     levels = [{"own_level_us": 12.0 + gap, "candidate_level_us": 12.0} for gap in (0.08, 0.16)]
     blocks = [Block(kernel=[[0.008]], ref=[[0.008]], bad={}, gate=g) for g in levels]
-    assert _spread(blocks)["pair_sd_level_gap_pct"] == pytest.approx(0.707, abs=1e-3)
+    spread = _spread(blocks)
+    assert spread["pair_sd_level_gap_pct"] == pytest.approx(0.707, abs=1e-3)
+    # net of the op's own level (the higher), the kernel reads 1% and 2% faster (the op's readings kept); of
+    # the lower of the two levels, as now (the kernel's is the lower in both pairs)
+    assert spread["speedup_common_level"] == pytest.approx((1 / 0.99 + 1 / 0.98) / 2, abs=1e-4)
+    assert spread["speedup_lowest_level"] == 1.0 and spread["pair_sd_speedup_lowest_level_pct"] == 0.0
+    assert spread["pair_sd_speedup_common_level_pct"] > 0.5
     assert "pair_sd_level_gap_pct" not in _spread([pair(1.0), pair(2.0)])
 
 

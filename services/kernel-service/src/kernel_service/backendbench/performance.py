@@ -198,7 +198,32 @@ def _spread(blocks: list[Block]) -> dict[str, float]:
     ]
     if len(gaps) > 1:
         out["pair_sd_level_gap_pct"] = round(statistics.stdev(gaps), 3)
+        out |= _other_levels(blocks)
     return out
+
+
+def _other_levels(blocks: list[Block]) -> dict[str, float]:
+    """What the op's speedup and its pairs' spread would be were the kernel's readings net of another level
+    (report only: which netting a fix should take, read from the self-check): ``common``, the op's own level
+    (from before the import) for both sides; ``lowest``, the lower of the kernel's and the op's. Both use only
+    levels read before the import or the one after the kernel's readings (which a submission can only
+    lower, raising its own time)."""
+    ratios: dict[str, list[float]] = {"common": [], "lowest": []}
+    for b in blocks:
+        g = b.gate or {}
+        size = g.get("calls_per_reading", 1.0)
+        ref, kernel = statistics.median(b.ref[0]), statistics.median(b.kernel[0])
+        own, cand = g["own_level_us"], g["candidate_level_us"]
+        for name, level in (("common", own), ("lowest", min(own, cand))):
+            ratios[name].append(ref / (kernel + (cand - level) / 1e3 / size))
+    return {
+        key: round(value, 4)
+        for name, rs in ratios.items()
+        for key, value in (
+            (f"speedup_{name}_level", statistics.fmean(rs)),
+            (f"pair_sd_speedup_{name}_level_pct", 100 * statistics.stdev(rs) / statistics.fmean(rs)),
+        )
+    }
 
 
 def _time_block(
