@@ -16,7 +16,7 @@
 #                                            bb_multi (issue 52: BackendBench on two GPUs); corpus (issue 51: CORPUS=h100_xsm|h100)
 #                                            lazy_probe (issue 51: the builds the compile worker's lazy runs reach; TASKS="L1_34 ...")
 #                                            bb_tests (BackendBench's GPU tests and its reading cheats: what OWN_BASELINE=1 owes)
-# Knobs: BATCH_N, AB_SRC, BUILD_OPTIONS, BUILD_PARALLEL (builds of one option at once), COMPILE_ARGS (e.g. --task-ids-from F),
+# Knobs: TESTS_K (tests: pytest's -k), BATCH_N, AB_SRC, BUILD_OPTIONS, BUILD_PARALLEL (builds of one option at once), COMPILE_ARGS (e.g. --task-ids-from F),
 # MPS=auto|on|off (every step: the bench scripts' --mps, KS_MPS for the tests and the runners' embedded services;
 # auto, the service's default, unless set), STORM_S, BB_ARGS, SERVICES, OPS and CALL=overload (selfcheck),
 # OWN_BASELINE=auto|on|off (KS_OWN_BASELINE: a kernel read against the reference timed in its own process before
@@ -67,7 +67,7 @@ step() {  # name, seconds, command...
 
 for s in "${steps[@]}"; do
   case $s in
-    tests) step tests 400 python3 -m pytest -m gpu tests/kernel_service/test_gpu.py tests/backendbench/test_gpu_backendbench.py tests/adversarial/test_adv_reading_calls_gpu.py -q -p no:cacheprovider -rA ;;
+    tests) step tests 400 python3 -m pytest -m gpu tests/kernel_service/test_gpu.py tests/backendbench/test_gpu_backendbench.py tests/adversarial/test_adv_reading_calls_gpu.py ${TESTS_K:+-k "$TESTS_K"} -q -p no:cacheprovider -rA ;;
     bb_tests) step bb_tests 300 python3 -m pytest -m gpu tests/backendbench/test_gpu_backendbench.py \
       tests/adversarial/test_adv_reading_calls_gpu.py -k "backendbench" -q -p no:cacheprovider -rA ;;
     faults) step faults 150 python3 -m pytest -m gpu tests/kernel_service/test_gpu_faults.py -q -p no:cacheprovider -rA ;;
