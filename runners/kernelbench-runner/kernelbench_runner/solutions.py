@@ -15,7 +15,7 @@ service unchanged, so a corpus runs, resumes, scores and reports like any run. T
   file is named ``.json`` too: a file whose first line is a whole JSON value is read as JSON lines).
 
 A row is judged against its own ``ref_code``; task id ``L{level}_{task_id}`` (``L1_19``). A row whose
-``custom_code`` is null or empty is skipped and counted; its other fields (``score_default``...) are
+``custom_code`` is null, empty or the text "None" is skipped and counted; its other fields (``score_default``...) are
 kept on the task (``solution.fields``). The backend is ``--backend`` when given, else inferred from the
 source (:func:`infer_backend`). Bad input raises :class:`SolutionLoadError` naming the file, the row
 (or line) and the field, and what was expected.
@@ -37,6 +37,9 @@ SOLUTION_FILE_RE = re.compile(r"^level_(\d+)_problem_(\d+)_sample_(\d+)_kernel\.
 SOLUTION_FILE_PATTERN = "level_{L}_problem_{P}_sample_{S}_kernel.py"
 ROW_FIELDS = ("task_id", "ref_code", "custom_code")
 LINE_FIELDS = ("level_id", *ROW_FIELDS)
+#: A ``custom_code`` that stands for no solution: empty, or a serialised null (CUDA-L1's revision writes 17
+#: missing solutions as the text "None", which would be judged as a module without ``ModelNew``).
+MISSING_CODE = frozenset({"", "None", "null"})
 
 _CPP_EXTENSION = re.compile(r"\bload_inline\b|\bcpp_extension\b")
 _CUDA = re.compile(r"cuda|__global__|<<<", re.IGNORECASE)
@@ -281,7 +284,7 @@ def _row_task(
     if levels and level not in levels:
         return None
     custom = row.get("custom_code")
-    if custom is None or (isinstance(custom, str) and not custom.strip()):
+    if custom is None or (isinstance(custom, str) and custom.strip() in MISSING_CODE):
         skipped.append(where)
         return None
     if not isinstance(custom, str):

@@ -201,12 +201,15 @@ class ModelNew(nn.Module):
 def test_cuda_l1_json_lines_keep_their_fields_and_the_report_shows_the_reported_speedup(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, service_url: str
 ) -> None:
-    """CUDA-L1's revision: JSON lines in a file named .json; null custom_code skipped; score_default kept."""
+    """CUDA-L1's revision: JSON lines in a file named .json; null or "None" custom_code skipped; score_default
+    kept."""
     monkeypatch.chdir(tmp_path)
     corpus = tmp_path / "h100.json"
     rows: list[dict[str, Any]] = [
         {"level_id": 1, "task_id": 1, "ref_code": REF_ADD, "custom_code": ADD, "score_default": 1.5},
         {"level_id": 1, "task_id": 9, "ref_code": REF_ADD, "custom_code": None, "score_default": None},
+        # the revision writes 17 missing solutions as the text "None" (valid Python that defines nothing)
+        {"level_id": 1, "task_id": 30, "ref_code": REF_ADD, "custom_code": "None", "score_default": 1.157},
         {
             "level_id": 2,
             "task_id": 5,
@@ -225,7 +228,7 @@ def test_cuda_l1_json_lines_keep_their_fields_and_the_report_shows_the_reported_
     assert verdicts(run_dir) == {"L1_1": "correct", "L2_5": "correct", "L2_66": "correct"}
     task = json.loads((run_dir / "tasks.jsonl").read_text().splitlines()[1])
     assert task["solution"]["fields"] == {"score_default": 3.25, "cudnn_code": ADD}  # all kept on the task
-    assert task["solution"]["source"] == "h100.json:3" and task["reference_code"] == REF_RELU
+    assert task["solution"]["source"] == "h100.json:4" and task["reference_code"] == REF_RELU
     score = json.loads((run_dir / "score.json").read_text())
     evaluations = [json.loads(x) for x in (run_dir / "evaluations.jsonl").read_text().splitlines()]
     (relu,) = [e for e in evaluations if e["task_id"] == "L2_5"]
