@@ -177,6 +177,39 @@ def test_a_build_reached_only_with_cuda_inputs_is_made_on_the_compile_pool(tmp_p
     assert [e["name"] for e in compiled.result["extensions"]] == ["ks_on_cuda_add"]
 
 
+#: Built in ``__init__`` after a tensor made on CUDA and one read as a number (CUDA-L1's revision: L2_23, L2_24,
+#: 20-30 s of a GPU's time each): the meta run stops at ``device="cuda"``, the fake run at ``.item()``.
+SOL_AFTER_CUDA_TENSORS = (
+    SOURCES
+    + """
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(4))
+        if torch.cuda.is_available():
+            probe = torch.zeros(2, device="cuda")
+            self.total = float(self.scale.sum().cuda().item()) + float(probe.sum().item())
+        self.ext = load_inline(name="ks_after_cuda_add", cpp_sources=ADD, functions=["add_cpu"],
+                               extra_cflags=["-O1"])
+
+    def forward(self, a, b):
+        return self.ext.add_cpu(a, b)
+"""
+)
+
+
+def test_a_build_after_cuda_tensors_in_init_is_made_on_the_compile_pool(tmp_path: Path) -> None:
+    """The compile worker's last run keeps every CUDA tensor on ``meta`` and reads a tensor as 1."""
+    build_dir = tmp_path / "build-cache" / "after-cuda"
+    compiled, built = compile_only(
+        tmp_path, build_job(SOL_AFTER_CUDA_TENSORS, build_dir), {"TORCH_CUDA_ARCH_LIST": "9.0"}
+    )
+    assert compiled.result is not None and compiled.result["ok"], compiled
+    assert list(built) == ["ks_after_cuda_add/ks_after_cuda_add.so"], sorted(
+        p.name for p in build_dir.rglob("*")
+    )
+
+
 def test_the_answer_counts_the_phases_in_which_the_worker_built(tmp_path: Path) -> None:
     """``phases["worker_build"]``: a phase's seconds when a build wrote in the build dir during it, or made
     a library, an object or a ninja file in the candidate's side dir (not in its Triton, Inductor caches),

@@ -10,7 +10,8 @@ the model from the reference's init inputs and calls it once on the reference's 
 service judges on (``TORCH_CUDA_ARCH_LIST``); then once more on fake CUDA tensors (``FakeTensorMode``: a
 device of "cuda", shapes only, its streams, events and graphs inert), for the builds a submission starts
 only on a CUDA input (``if x.is_cuda: ... load_inline``: 7 solutions of CUDA-L1's first release, each
-15-37 s of its GPU's time). Each ``load_inline`` reached on the way builds into the shared
+15-37 s of its GPU's time); then once more on ``meta`` with CUDA tensors kept there and a tensor read as
+1, for a build ``__init__`` starts after making a CUDA tensor or reading one (2 of the revision's). Each ``load_inline`` reached on the way builds into the shared
 build cache, where the GPU worker's identical call then only loads it. The module is imported again there
 first, under those answers: a build guarded at import (``if torch.cuda.is_available():``, ``has_cuda =
 ...``: 41 of the 73 extensions of CUDA-L1's first release ask) is skipped by the compile worker's own
@@ -146,6 +147,46 @@ def _run_as_cuda(module: ModuleType, reference: ModuleType) -> None:
             model(*inputs)
 
 
+def _meta_as_cuda() -> Any:
+    """A mode under which CUDA is ``meta``: a tensor made on, or moved to, "cuda" stays on ``meta``, and a
+    tensor read as a number (``.item()``, ``bool(t)``...) reads 1."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    readers = {torch.Tensor.item, torch.Tensor.__bool__, torch.Tensor.__float__, torch.Tensor.__int__}
+
+    def meta(value: Any) -> Any:
+        if isinstance(value, torch.device | str) and str(value).startswith("cuda"):
+            return torch.device("meta")
+        return value
+
+    class MetaAsCuda(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            kwargs = {k: meta(v) for k, v in (kwargs or {}).items()}
+            if func is torch.Tensor.cuda:
+                return args[0]
+            if func in readers:
+                t = args[0]
+                return True if t.dtype == torch.bool else (1.0 if t.is_floating_point() else 1)
+            if func is torch.Tensor.to:
+                args = tuple(meta(a) for a in args)
+            return func(*args, **kwargs)
+
+    return MetaAsCuda()
+
+
+def _made_as_cuda(module: ModuleType, reference: ModuleType) -> None:
+    """Build ``ModelNew`` and call it once on ``meta``, with CUDA answering as the judging GPU and every
+    tensor made on or moved to "cuda" kept on ``meta`` (:func:`_meta_as_cuda`): a build that ``__init__``
+    starts after making a CUDA tensor (``.cuda()``, ``device="cuda"``) or reading one (``.item()``), where
+    both runs above stop (CUDA-L1's revision: L2_23 and L2_24, 20-30 s of a GPU's time each)."""
+    import torch
+
+    with torch.no_grad(), torch.device("meta"), _meta_as_cuda():
+        model = module.ModelNew(*reference.get_init_inputs())
+        model(*reference.get_inputs())
+
+
 def _import_as_target(source: str, workdir: Path, module: ModuleType) -> ModuleType:
     """In the forked child: ``source`` imported again now that CUDA answers as the judging GPU (the builds
     its import guards on CUDA); ``module`` (the import without a GPU) where that import fails."""
@@ -179,7 +220,7 @@ def lazy_runs(
 ) -> None:
     """The forked child's work (:func:`warm_lazy_builds`): the model run once on ``meta`` and, where the
     service judges on GPUs (``TORCH_CUDA_ARCH_LIST``), ``source`` imported again with CUDA answering as
-    them and the model run once more on fake CUDA tensors; ``after_each()`` after each run (a later one
+    them and the model run on fake CUDA tensors, then on ``meta`` as CUDA (:func:`_made_as_cuda`); ``after_each()`` after each run (a later one
     may crash the process). ``errors``: each step's traceback where it raised (``bench``'s probe)."""
     runs = [_run_once]
     capability = target_capability(os.environ.get("TORCH_CUDA_ARCH_LIST"))
@@ -191,6 +232,7 @@ def lazy_runs(
             module = _import_as_target(source, workdir, module)
         if fake:
             runs.append(_run_as_cuda)
+        runs.append(_made_as_cuda)
     for run in runs:
         _attempt(partial(run, module, reference), errors)
         after_each()
