@@ -98,6 +98,51 @@ def test_reference_as_its_own_solution_on_gpu(gpu_server: RunningServer) -> None
     assert res.recycled is None, res.recycled
 
 
+REF_LINEAR = """
+import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.fc = nn.Linear(n, n)
+    def forward(self, x):
+        return self.fc(x)
+def get_inputs():
+    return [torch.randn(64, 256)]
+def get_init_inputs():
+    return [256]
+"""
+#: nn.Linear's weights made with ``torch.Tensor(n, m)``, out of the device context's reach (CUDA-L1's L3_2 does
+#: this): upstream builds both models on the CPU, where they equal the reference's.
+SOL_LEGACY_WEIGHTS = """
+import math
+import torch
+import torch.nn as nn
+class ModelNew(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.weight = nn.Parameter(torch.Tensor(n, n))
+        self.bias = nn.Parameter(torch.Tensor(n))
+        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        nn.init.uniform_(self.bias, -1 / math.sqrt(n), 1 / math.sqrt(n))
+    def forward(self, x):
+        return torch.addmm(self.bias, x, self.weight.t())
+"""
+
+
+def test_weights_made_out_of_the_device_contexts_reach_equal_the_references(
+    gpu_server: RunningServer,
+) -> None:
+    answer = httpx.post(
+        f"{gpu_server.url}/v1/evaluate",
+        json={"reference": REF_LINEAR, "solution": SOL_LEGACY_WEIGHTS, "backend": "torch", "options": OPTS},
+        timeout=600,
+    )
+    res = KernelEvalResponse.model_validate(answer.json())
+    assert res.outcome == "correct", res.message
+    assert res.speedup is not None
+
+
 REF_MATMUL = """
 import torch
 import torch.nn as nn

@@ -224,19 +224,36 @@ def make_inputs(get_inputs: Callable[[], Any], seed: int, device: torch.device) 
 
 
 def build_model(
-    cls: type, init_inputs: list[Any], seed: int, device: torch.device, dtype: torch.dtype | None = None
+    cls: type,
+    init_inputs: list[Any],
+    seed: int,
+    device: torch.device,
+    dtype: torch.dtype | None = None,
+    on_cpu: bool = False,
 ) -> torch.nn.Module:
-    """Construct after seeding, on the device, so reference and solution get identical weights; with
-    ``dtype`` (a precision other than fp32), its floating parameters and buffers cast to it after (the
-    weights are drawn in fp32 and rounded, as upstream's ``model.to(dtype=precision)``)."""
+    """Construct after seeding, on the device (``on_cpu``: on the CPU, then moved there, as upstream
+    KernelBench does), so reference and solution get identical weights; with ``dtype`` (a precision other
+    than fp32), its floating parameters and buffers cast to it after (the weights are drawn in fp32 and
+    rounded, as upstream's ``model.to(dtype=precision)``). On the device, a model whose weights are made
+    where the device context does not reach draws them from the CPU's generator (:func:`drew_on_cpu`)."""
     seed_all(seed)
-    with torch.device(device):
+    with torch.device("cpu" if on_cpu else device):
         model = cls(*init_inputs)
     if isinstance(model, torch.nn.Module):
         model = model.to(device)
         if dtype is not None:
             model = model.to(dtype)
     return model
+
+
+def drew_on_cpu(seed: int) -> bool:
+    """Whether anything drew from the CPU's generator since ``seed_all(seed)``: a model built on the GPU
+    whose weights come from ``torch.Tensor(n, m)`` (which the device context does not reach) and an
+    ``nn.init`` call. Upstream builds both models on the CPU, where such weights equal the reference's; on
+    the GPU they would not (21 of CUDA-L1's first release's solutions, 16 of its revision's, all judged
+    wrong for it), so the judge then builds both on the CPU (``Run.start_pair``)."""
+    fresh = torch.Generator().manual_seed(seed).get_state()
+    return not torch.equal(fresh, torch.default_generator.get_state())
 
 
 #: ``EvalOptions.precision`` -> the dtype both sides run at.

@@ -213,9 +213,17 @@ class Run:
         self.level_info = {}
         self.bind_before_load(build_dir, setup)
         loads = {**self.spawn["load"], **({"candidate": self.spawn["load"]["reference"]} if own else {})}
-        for role, reply in self.ask_each(loads).items():
+        replies = self.ask_each(loads)
+        for role, reply in replies.items():
             if not reply.get("ok"):
                 raise self.side_error(role, reply)
+        if not self.spawn["load"]["reference"].get("on_cpu") and any(
+            r.get("drew_on_cpu") for r in replies.values()
+        ):
+            # weights drawn from the CPU's generator on a GPU (``harness.drew_on_cpu``): both models built on
+            # the CPU from now on, as upstream builds them, in a new pair (an ``__init__`` runs once a process)
+            self.spawn["load"] = {role: {**msg, "on_cpu": True} for role, msg in self.spawn["load"].items()}
+            self.start_pair(own)
 
     def load_candidate(self) -> None:
         """The submission's model into the candidate's process, in place of what it ran (``spawn``)."""

@@ -86,7 +86,13 @@ class Side:
 
     def op_load_model(self, msg: dict[str, Any]) -> dict[str, Any]:
         from ..judging.build_relocation import relocate_builds
-        from ..judging.harness import build_model, load_module, precision_dtype, reset_extension_versioner
+        from ..judging.harness import (
+            build_model,
+            drew_on_cpu,
+            load_module,
+            precision_dtype,
+            reset_extension_versioner,
+        )
 
         reset_extension_versioner()
         relocate_builds()  # a build in a directory of the submission's: the compile pool's, loaded
@@ -114,13 +120,15 @@ class Side:
             dtype = precision_dtype(msg.get("precision", "fp32"))  # the judge cast the init inputs already
             # a model loaded before (an own baseline's reference) is freed before this one is built
             self.fn = None
-            self.fn = build_model(cls, init, msg["seed"], self.device, dtype)
+            on_cpu = bool(msg.get("on_cpu")) or self.device.type == "cpu"
+            self.fn = build_model(cls, init, msg["seed"], self.device, dtype, on_cpu)
+            drew = not on_cpu and drew_on_cpu(msg["seed"])
             self._sync()
         except BaseException as exc:  # noqa: BLE001
             return _error(msg["init_outcome"], f"{msg['cls']}(...) raised", exc)
         self.loaded = {k: msg[k] for k in ("cls", "seed") if k in msg}  # what an ncu replay rebuilds
         self.loaded.update(source=msg["source"], init=init, precision=msg.get("precision", "fp32"))
-        return {"ok": True}
+        return {"ok": True, "drew_on_cpu": drew}
 
     def op_load_fn(self, msg: dict[str, Any]) -> dict[str, Any]:
         from ..judging.harness import load_module
