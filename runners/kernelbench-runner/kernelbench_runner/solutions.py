@@ -15,8 +15,8 @@ service unchanged, so a corpus runs, resumes, scores and reports like any run. T
   file is named ``.json`` too: a file whose first line is a whole JSON value is read as JSON lines).
 
 A row is judged against its own ``ref_code``; task id ``L{level}_{task_id}`` (``L1_19``). A row whose
-``custom_code`` is null, empty or the text "None" is skipped and counted; its other fields (``score_default``...) are
-kept on the task (``solution.fields``). The backend is ``--backend`` when given, else inferred from the
+``custom_code`` is null, empty or the text "None" is skipped and counted; its other fields
+(``score_default``...) are kept on the task (``solution.fields``). The backend is ``--backend`` when given, else inferred from the
 source (:func:`infer_backend`). Bad input raises :class:`SolutionLoadError` naming the file, the row
 (or line) and the field, and what was expected.
 """

@@ -11,8 +11,9 @@ service judges on (``TORCH_CUDA_ARCH_LIST``); then once more on fake CUDA tensor
 device of "cuda", shapes only, its streams, events and graphs inert), for the builds a submission starts
 only on a CUDA input (``if x.is_cuda: ... load_inline``: 7 solutions of CUDA-L1's first release, each
 15-37 s of its GPU's time); then once more on ``meta`` with CUDA tensors kept there and a tensor read as
-1, for a build ``__init__`` starts after making a CUDA tensor or reading one (2 of the revision's). Each ``load_inline`` reached on the way builds into the shared
-build cache, where the GPU worker's identical call then only loads it. The module is imported again there
+1, for a build ``__init__`` starts after making a CUDA tensor or reading one (2 of the revision's). Each
+``load_inline`` reached on the way builds into the shared build cache, where the GPU worker's identical
+call then only loads it. The module is imported again there
 first, under those answers: a build guarded at import (``if torch.cuda.is_available():``, ``has_cuda =
 ...``: 41 of the 73 extensions of CUDA-L1's first release ask) is skipped by the compile worker's own
 import, and was made by every fresh side of its job on the GPU (27-61 s each, 123-146 s of timing).
@@ -220,8 +221,8 @@ def lazy_runs(
 ) -> None:
     """The forked child's work (:func:`warm_lazy_builds`): the model run once on ``meta`` and, where the
     service judges on GPUs (``TORCH_CUDA_ARCH_LIST``), ``source`` imported again with CUDA answering as
-    them and the model run on fake CUDA tensors, then on ``meta`` as CUDA (:func:`_made_as_cuda`); ``after_each()`` after each run (a later one
-    may crash the process). ``errors``: each step's traceback where it raised (``bench``'s probe)."""
+    them and the model run on fake CUDA tensors, then on ``meta`` as CUDA (:func:`_made_as_cuda`);
+    ``after_each()`` after each run (a later one may crash the process). ``errors``: each step's traceback where it raised (``bench``'s probe)."""
     runs = [_run_once]
     capability = target_capability(os.environ.get("TORCH_CUDA_ARCH_LIST"))
     if capability is not None:
