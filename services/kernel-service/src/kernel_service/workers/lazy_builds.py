@@ -13,10 +13,10 @@ only on a CUDA input (``if x.is_cuda: ... load_inline``: 7 solutions of CUDA-L1'
 15-37 s of its GPU's time); then once more on ``meta`` with CUDA tensors kept there and a tensor read as
 1, for a build ``__init__`` starts after making a CUDA tensor or reading one (2 of the revision's). Each
 ``load_inline`` reached on the way builds into the shared build cache, where the GPU worker's identical
-call then only loads it. The module is imported again there
-first, under those answers: a build guarded at import (``if torch.cuda.is_available():``, ``has_cuda =
-...``: 41 of the 73 extensions of CUDA-L1's first release ask) is skipped by the compile worker's own
-import, and was made by every fresh side of its job on the GPU (27-61 s each, 123-146 s of timing).
+call then only loads it. The module is imported again there first, under those answers: a build guarded
+at import (``if torch.cuda.is_available():``, ``has_cuda = ...``: 41 of the 73 extensions of CUDA-L1's
+first release ask) is skipped by the compile worker's own import, and was made by every fresh side of its
+job on the GPU (27-61 s each, 123-146 s of timing).
 
 Nothing here decides a verdict: the run happens in a forked child, whose errors (a meta tensor handed to
 the extension, a CUDA call with no GPU), crashes and hangs are ignored; a build it does not reach is still
