@@ -13,6 +13,7 @@ from typing import Any
 
 import anyio
 import ks_sources as S
+import pytest
 from kernel_service.workers.lazy_builds import target_capability
 from ks_build_jobs import build_job, compile_only, compile_then_judge, libraries
 
@@ -208,6 +209,22 @@ def test_a_build_after_cuda_tensors_in_init_is_made_on_the_compile_pool(tmp_path
     assert list(built) == ["ks_after_cuda_add/ks_after_cuda_add.so"], sorted(
         p.name for p in build_dir.rglob("*")
     )
+
+
+def test_a_loop_on_a_tensor_read_as_a_number_ends_the_lazy_run() -> None:
+    """``while err.item() > tol`` reads 1 for ever on ``meta``: the run stops after ``MAX_READS`` reads."""
+    import time
+
+    import torch
+    from kernel_service.workers.lazy_builds import MAX_READS, _meta_as_cuda
+
+    t0, reads = time.perf_counter(), 0
+    with torch.device("meta"), _meta_as_cuda(), pytest.raises(RuntimeError, match="lazy run stopped"):
+        err = torch.ones(1, device="cuda")
+        assert err.device.type == "meta"
+        while err.item() > 1e-6:
+            reads += 1
+    assert reads == MAX_READS and time.perf_counter() - t0 < 5
 
 
 def test_the_answer_counts_the_phases_in_which_the_worker_built(tmp_path: Path) -> None:

@@ -148,13 +148,19 @@ def _run_as_cuda(module: ModuleType, reference: ModuleType) -> None:
             model(*inputs)
 
 
+#: Most tensors :func:`_meta_as_cuda` reads as 1 before it stops the run: a loop until a tensor falls below a
+#: tolerance (``while err.item() > tol``) would otherwise hold the compile worker to ``MAX_LAZY_S``.
+MAX_READS = 1000
+
+
 def _meta_as_cuda() -> Any:
     """A mode under which CUDA is ``meta``: a tensor made on, or moved to, "cuda" stays on ``meta``, and a
-    tensor read as a number (``.item()``, ``bool(t)``...) reads 1."""
+    tensor read as a number (``.item()``, ``bool(t)``...) reads 1, ``MAX_READS`` times at most."""
     import torch
     from torch.overrides import TorchFunctionMode
 
     readers = {torch.Tensor.item, torch.Tensor.__bool__, torch.Tensor.__float__, torch.Tensor.__int__}
+    reads = iter(range(MAX_READS))
 
     def meta(value: Any) -> Any:
         if isinstance(value, torch.device | str) and str(value).startswith("cuda"):
@@ -167,6 +173,8 @@ def _meta_as_cuda() -> Any:
             if func is torch.Tensor.cuda:
                 return args[0]
             if func in readers:
+                if next(reads, None) is None:
+                    raise RuntimeError(f"lazy run stopped: {MAX_READS} tensors read as numbers on meta")
                 t = args[0]
                 return True if t.dtype == torch.bool else (1.0 if t.is_floating_point() else 1)
             if func is torch.Tensor.to:
