@@ -328,6 +328,8 @@ def test_the_timing_report_gives_every_pairs_own_baseline_against_the_reference(
     assert spread["speedup_common_level"] == pytest.approx((1 / 0.99 + 1 / 0.98) / 2, abs=1e-4)
     assert spread["speedup_lowest_level"] == 1.0 and spread["pair_sd_speedup_lowest_level_pct"] == 0.0
     assert spread["pair_sd_speedup_common_level_pct"] > 0.5
+    # a pair without the levels (none read) is left out of what the others say
+    assert _spread([*blocks, pair(1.0)])["speedup_common_level"] == spread["speedup_common_level"]
     assert "pair_sd_level_gap_pct" not in _spread([pair(1.0), pair(2.0)])
 
 

@@ -214,11 +214,15 @@ def _other_levels(blocks: list[Block]) -> dict[str, float]:
     ratios: dict[str, list[float]] = {"common": [], "lowest": []}
     for b in blocks:
         g = b.gate or {}
+        if "own_level_us" not in g or "candidate_level_us" not in g or not b.ref[0]:
+            continue
         size = g.get("calls_per_reading", 1.0)
         ref, kernel = statistics.median(b.ref[0]), statistics.median(b.kernel[0])
         own, cand = g["own_level_us"], g["candidate_level_us"]
         for name, level in (("common", own), ("lowest", min(own, cand))):
             ratios[name].append(ref / (kernel + (cand - level) / 1e3 / size))
+    if len(ratios["common"]) < 2:
+        return {}
     return {
         key: round(value, 4)
         for name, rs in ratios.items()
