@@ -194,14 +194,21 @@ def _spread(blocks: list[Block]) -> dict[str, float]:
             out[key] = round(statistics.fmean(seen), 3)
     # how far apart the levels the op's and the kernel's readings are net of sit, pair by pair, in percent
     # of the op's call: the part of the pairs' speedup spread that the two levels' own noise makes
-    gaps = [
-        100 * (b.gate["own_level_us"] - b.gate["candidate_level_us"]) / (1e3 * statistics.median(b.ref[0]))
+    levelled = [
+        b
         for b in blocks
         if b.gate and "own_level_us" in b.gate and "candidate_level_us" in b.gate and b.ref[0]
     ]
-    if len(gaps) > 1:
+    if len(levelled) > 1:
+        gaps = [
+            100
+            * (b.gate["own_level_us"] - b.gate["candidate_level_us"])
+            / (1e3 * statistics.median(b.ref[0]))
+            for b in levelled
+            if b.gate
+        ]
         out["pair_sd_level_gap_pct"] = round(statistics.stdev(gaps), 3)
-        out |= _other_levels(blocks)
+        out |= _other_levels(levelled)
     return out
 
 
@@ -210,19 +217,15 @@ def _other_levels(blocks: list[Block]) -> dict[str, float]:
     (report only: which netting a fix should take, read from the self-check): ``common``, the op's own level
     (from before the import) for both sides; ``lowest``, the lower of the kernel's and the op's. Both use only
     levels read before the import or the one after the kernel's readings (which a submission can only
-    lower, raising its own time)."""
+    lower, raising its own time). ``blocks``: pairs with both levels, at least two."""
     ratios: dict[str, list[float]] = {"common": [], "lowest": []}
     for b in blocks:
         g = b.gate or {}
-        if "own_level_us" not in g or "candidate_level_us" not in g or not b.ref[0]:
-            continue
         size = g.get("calls_per_reading", 1.0)
         ref, kernel = statistics.median(b.ref[0]), statistics.median(b.kernel[0])
         own, cand = g["own_level_us"], g["candidate_level_us"]
         for name, level in (("common", own), ("lowest", min(own, cand))):
             ratios[name].append(ref / (kernel + (cand - level) / 1e3 / size))
-    if len(ratios["common"]) < 2:
-        return {}
     return {
         key: round(value, 4)
         for name, rs in ratios.items()
