@@ -63,8 +63,13 @@ from _sources import use_sources  # bench/ (the script's dir) is on sys.path
 
 use_sources("kernelbench-runner")
 
-from kernel_service.kernelbench.metrics import kernelbench_metrics, metrics_by_level  # noqa: E402
-from kernelbench_runner.records import outcomes_from_evaluations, reported_speedup  # noqa: E402
+from kernel_service.kernelbench.metrics import (  # noqa: E402
+    TaskOutcome,
+    kernelbench_metrics,
+    metrics_by_level,
+    reward_of,
+)
+from kernelbench_runner.records import reported_speedup  # noqa: E402
 from kernelbench_runner.solutions import SolutionLoadError, load_solutions  # noqa: E402
 
 from benchmark_runner.artifacts import TASKS_FILE, RunArtifacts  # noqa: E402
@@ -135,6 +140,8 @@ def run_command(args: argparse.Namespace, run_id: str, concurrency: int) -> list
         "--concurrency",
         str(concurrency),
         *[arg for task in args.tasks for arg in ("--task-id", task)],
+        *(["--tolerance", str(args.tolerance)] if args.tolerance else []),
+        *(["--module-mode", args.module_mode] if args.module_mode != "train" else []),
     ]
 
 
@@ -182,6 +189,7 @@ def _row(ev: EvalResult) -> dict[str, Any]:
         "outcome": outcome,
         "family": family(outcome, message, max_abs, d.get("reference_constant") is True),
         "speedup": _num(d.get("speedup")) if outcome == "correct" else None,
+        "timing_degraded": bool(d.get("timing_degraded")),
         "reported_speedup": reported_speedup(ev),
         "max_abs_error": max_abs,
         "backend": d.get("backend"),
@@ -244,12 +252,29 @@ def _family_order(name: str) -> tuple[int, str]:
     return (FAMILIES.index(name) if name in FAMILIES else len(FAMILIES), name)
 
 
+def _record(row: dict[str, Any]) -> TaskOutcome:
+    """What the KernelBench metrics need of one row (so that rows merged from two reports score alike)."""
+    outcome = str(row["outcome"])
+    return TaskOutcome(
+        correct=outcome == "correct",
+        speedup=row["speedup"],
+        reward=reward_of(outcome, row["speedup"]),
+        outcome=outcome,
+        level=row["level"],
+        task_id=row["task_id"],
+        timing_degraded=bool(row.get("timing_degraded")),
+    )
+
+
 def summarize_run(run_dir: Path) -> dict[str, Any]:
-    """What is judged so far: verdicts by family, fast_1 and geomean per level, time per phase, and the
-    authors' reported speedups against ours."""
-    evaluations = [ev for _, ev in sorted(RunArtifacts(run_dir).read_evaluations().items())]
-    records = outcomes_from_evaluations(evaluations)
-    rows = [_row(ev) for ev in evaluations]
+    """What is judged so far in ``run_dir``: ``summarize_rows`` of its latest evaluations."""
+    return summarize_rows([_row(ev) for _, ev in sorted(RunArtifacts(run_dir).read_evaluations().items())])
+
+
+def summarize_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Verdicts by family, fast_1 and geomean per level, time per phase, and the authors' reported
+    speedups against ours."""
+    records = [_record(r) for r in rows]
     families = Counter(r["family"] for r in rows)
     level_metrics = metrics_by_level(records) if records else {}
     keep = ("n", "correct_rate", "fast_1", "fast_2", "geomean_speedup")
@@ -327,6 +352,17 @@ def main() -> int:
     parser.add_argument("--run-id", required=True)
     parser.add_argument(
         "--tasks", nargs="*", default=[], help="only these task ids (L1_34 ...): a subset judged"
+    )
+    parser.add_argument(
+        "--tolerance",
+        type=float,
+        help="the runner's --tolerance (CUDA-L1's judge: 0.01) [default: upstream's]",
+    )
+    parser.add_argument(
+        "--module-mode",
+        choices=["train", "eval"],
+        default="train",
+        help="the runner's --module-mode (CUDA-L1's judge: eval) [default: train, upstream's]",
     )
     parser.add_argument("--budget-s", type=float, default=540.0, help="stop the run after this long")
     parser.add_argument("--concurrency", type=int, help="tasks in flight [default: 8 per GPU]")

@@ -81,11 +81,14 @@ for s in "${steps[@]}"; do
       # CORPUS=probe CORPUS_FILE=bench/corpus_probe.jsonl (ours: load_inline against PyTorch), resumed from
       # .gpudata/runs/<run id>.tar.gz when carried back; the run directory travels out as $OUT/<run id>.tar.gz
       # TASKS="L1_34 ...": only those (a run of its own, corpus-<CORPUS>-subset)
-      rid=corpus-${CORPUS:-h100_xsm}${TASKS:+-subset}; mkdir -p /tmp/corpus-runs
+      # CORPUS_ARGS: more flags of bench/corpus.py (CUDA-L1's judge's rules: --tolerance 0.01 --module-mode eval),
+      # CORPUS_TAG: a name for such a run (its own run id)
+      rid=corpus-${CORPUS:-h100_xsm}${TASKS:+-subset}${CORPUS_TAG:+-$CORPUS_TAG}; mkdir -p /tmp/corpus-runs
       [ -f .gpudata/runs/$rid.tar.gz ] && tar -xzf .gpudata/runs/$rid.tar.gz -C /tmp/corpus-runs
       step corpus 580 python3 bench/corpus.py --solutions ${CORPUS_FILE:-.gpudata/corpus/${CORPUS:-h100_xsm}.json} \
         --corpus-name "${CORPUS_NAME:-${CORPUS:-h100_xsm}}" --output-dir /tmp/corpus-runs --run-id $rid \
-        --budget-s ${CORPUS_BUDGET_S:-520} --mps $MPS --out "$OUT/$rid.json" --tar "$OUT/$rid.tar.gz" ${TASKS:+--tasks $TASKS} ;;
+        --budget-s ${CORPUS_BUDGET_S:-520} --mps $MPS --out "$OUT/$rid.json" --tar "$OUT/$rid.tar.gz" ${TASKS:+--tasks $TASKS} \
+        ${CORPUS_ARGS:-} ;;
     lazy_probe) step lazy_probe 200 python3 bench/lazy_builds_probe.py --solutions .gpudata/corpus/${CORPUS:-h100_xsm}.json \
       --tasks ${TASKS:-} ;;
     multigpu) step multigpu 240 python3 -m pytest -m gpu tests/kernel_service/test_gpu_multi.py -q -p no:cacheprovider ;;

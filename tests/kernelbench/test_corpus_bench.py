@@ -202,8 +202,67 @@ def test_a_subset_of_the_corpus_is_asked_of_the_runner_by_task_id(corpus: Module
     import argparse
 
     args = argparse.Namespace(
-        solutions=Path("h100_xsm.json"), output_dir=Path("runs"), tasks=["L1_34", "L2_20"]
+        solutions=Path("h100_xsm.json"),
+        output_dir=Path("runs"),
+        tasks=["L1_34", "L2_20"],
+        tolerance=None,
+        module_mode="train",
     )
     cmd = corpus.run_command(args, "subset", 16)
     assert cmd[cmd.index("--task-id") :] == ["--task-id", "L1_34", "--task-id", "L2_20"]
     assert "--task-id" not in corpus.run_command(argparse.Namespace(**{**vars(args), "tasks": []}), "all", 16)
+    # the authors' own rules: their judge's tolerance and module mode, passed on to the runner
+    rules = corpus.run_command(
+        argparse.Namespace(**{**vars(args), "tolerance": 0.01, "module_mode": "eval"}), "r", 8
+    )
+    assert rules[-4:] == ["--tolerance", "0.01", "--module-mode", "eval"]
+
+
+def _report_row(
+    task_id: str, outcome: str, family: str, speedup: float | None, theirs: float
+) -> dict[str, Any]:
+    return {
+        "task_id": task_id, "level": int(task_id[1]), "outcome": outcome, "family": family,
+        "speedup": speedup, "reported_speedup": theirs, "max_abs_error": None, "backend": "torch",
+        "worker_s": 2.0, "build_s": 0.0, "pairs": None, "elapsed": {}, "phases": {}, "message": "wrong",
+    }  # fmt: skip
+
+
+def test_tasks_judged_again_replace_the_first_runs_verdicts(tmp_path: Path) -> None:
+    """``bench/corpus_merge.py``: a subset judged again after a fix takes the place of those tasks'
+    verdicts in the whole run's report; rows the corpus no longer yields are dropped; the throughput stays
+    the whole run's."""
+    rows = [
+        {"level_id": 1, "task_id": t, "ref_code": ref("a + b", 2), "custom_code": sol("a + b", 2)}
+        for t in (1, 2)
+    ] + [{"level_id": 1, "task_id": 3, "ref_code": ref("a + b", 2), "custom_code": "None"}]
+    corpus_file = tmp_path / "h100.json"
+    corpus_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    base = {
+        "corpus": "tiny@0", "gpus": 2, "wall_s": 60.0, "per_min": 3.0, "gpu_worker_s": 6.0, "gpu_build_s": 1.0,
+        "command": "kernelbench-runner run ...", "done": 3, "device": "NVIDIA H200", "calls": [{"wall_s": 60.0}],
+        "per_task": [
+            _report_row("L1_1", "incorrect", "incorrect_other", None, 2.0),
+            _report_row("L1_2", "correct", "correct", 1.2, 1.0),
+            _report_row("L1_3", "incorrect", "incorrect_other", None, 1.0),  # "None": no longer a task
+        ],
+    }  # fmt: skip
+    again = {"device": "NVIDIA H200", "gpus": 1, "done": 1, "wall_s": 9.0, "gpu_build_s": 0.0,
+             "per_task": [{**_report_row("L1_1", "correct", "correct", 1.9, 2.0), "timing_degraded": False}]}  # fmt: skip
+    paths = {name: tmp_path / f"{name}.json" for name in ("base", "again", "out")}
+    paths["base"].write_text(json.dumps(base))
+    paths["again"].write_text(json.dumps(again))
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "corpus_merge.py"), "--solutions", str(corpus_file)]
+        + ["--base-report", str(paths["base"]), "--rejudged-report", str(paths["again"]), "--out", str(paths["out"])],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    m = json.loads(paths["out"].read_text())
+    assert (m["tasks"], m["done"]) == (2, 2)
+    assert {k: v for k, v in m["outcomes"].items() if v} == {"correct": 2}
+    assert {r["task_id"]: r["speedup"] for r in m["per_task"]} == {"L1_1": 1.9, "L1_2": 1.2}
+    assert (m["wall_s"], m["per_min"], m["gpus"], m["gpu_build_s"]) == (60.0, 3.0, 2, 1.0)  # the whole run's
+    assert m["merged"]["rejudged"]["task_ids"] == ["L1_1"] and m["merged"]["dropped_from_base"] == ["L1_3"]
+    assert m["merged"]["rows_without_timing_degraded"] == 1
+    assert m["reported"]["within_2x"] == 2 and m["by_level"]["level1"]["fast_1"] == 1.0

@@ -73,6 +73,9 @@ class KernelBenchOptions(StrictModel):
     precision: PrecisionName = Field(
         default="fp32", description="dtype both sides run at (inputs, init inputs, parameters and buffers)"
     )
+    module_mode: Literal["train", "eval"] = Field(
+        default="train", description="the mode both models are called in (eval: CUDA-L1's judge's)"
+    )
     price_in: float | None = Field(default=None, ge=0, description="$ per 1M prompt tokens")
     price_out: float | None = Field(default=None, ge=0, description="$ per 1M completion tokens")
     prompt_source: Literal["full", "model"] = "full"
@@ -101,6 +104,8 @@ class KernelBenchOptions(StrictModel):
             options["tolerance"] = self.tolerance
         if self.precision != "fp32":  # fp32 is every service's default: requests stay as they were
             options["precision"] = self.precision
+        if self.module_mode != "train":
+            options["module_mode"] = self.module_mode
         return options
 
     def agent_eval_options(self) -> dict[str, Any]:
@@ -170,6 +175,14 @@ def make_cli_options() -> list[click.Option]:
             help="dtype of the reference and the kernel alike: floating inputs, init inputs and the models' "
             "parameters and buffers cast to it, as upstream KernelBench's precision (default tolerance "
             "1e-4 fp32, 1e-2 fp16/bf16); part of the run's identity",
+        ),
+        _option(
+            "--module-mode",
+            type=click.Choice(["train", "eval"]),
+            default=None,
+            help="the mode both models are called in: train, as built (upstream KernelBench's: BatchNorm by "
+            "each batch's statistics, dropout on); eval calls each model's eval() first, as CUDA-L1's judge "
+            "does (to compare with its published speedups) [default: train]",
         ),
         _option(
             "--price-in", type=click.FloatRange(min=0), default=None, help="$ per 1M prompt tokens (for cost)"
@@ -470,6 +483,7 @@ class KernelBenchRunner(BenchmarkRunner):
         precisions = sorted(
             {str(e.data.details["precision"]) for e in evaluations if e.data.details.get("precision")}
         )
+        modes = sorted({str(m) for e in evaluations if (m := e.data.details.get("module_mode"))})
         return ScoreResult(
             model=model,
             n_tasks=len(evaluations),
@@ -490,6 +504,7 @@ class KernelBenchRunner(BenchmarkRunner):
                 "tolerance": tolerances,
                 "tf32": tf32,
                 "precision": precisions or [self.settings.precision],
+                "module_mode": modes or [self.settings.module_mode],
                 "fast_p_curve": fast_p_curve(records, [i / 10 for i in range(31)]),
                 "price_in": self.settings.price_in,
                 "price_out": self.settings.price_out,

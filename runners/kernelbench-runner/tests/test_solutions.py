@@ -249,6 +249,38 @@ def test_cuda_l1_json_lines_keep_their_fields_and_the_report_shows_the_reported_
     assert html.count('class="num constant"') == 1 and "1 task(s) marked &dagger;" in html
 
 
+#: BatchNorm over a linear layer, and a solution normalizing by the running statistics (CUDA-L1's folds).
+REF_BN = (
+    f"{HEADER}class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+    "        self.fc = nn.Linear(8, 8)\n        self.bn = nn.BatchNorm1d(8)\n\n"
+    "    def forward(self, a):\n        return self.bn(self.fc(a))\n\n\n"
+    "def get_inputs():\n    return [torch.randn(4, 8) * 3 + 1]\n\n\ndef get_init_inputs():\n    return []\n"
+)
+BN_RUNNING = REF_BN.replace("class Model(", "class ModelNew(").replace(
+    "return self.bn(self.fc(a))",
+    "b = self.bn\n        return torch.nn.functional.batch_norm(self.fc(a), b.running_mean, b.running_var, "
+    "b.weight, b.bias, False, 0.0, b.eps)",
+)
+
+
+def test_module_mode_eval_judges_as_cuda_l1s_judge_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, service_url: str
+) -> None:
+    """``--module-mode eval``: both models called after ``eval()``, so a BatchNorm folded to its running
+    statistics is correct; as built (training mode, the default) it is not. The score names the mode."""
+    monkeypatch.chdir(tmp_path)
+    corpus = tmp_path / "h100.json"
+    corpus.write_text(
+        json.dumps({"level_id": 3, "task_id": 19, "ref_code": REF_BN, "custom_code": BN_RUNNING}) + "\n"
+    )
+    for run_id, extra, want in (("train", (), "incorrect"), ("eval", ("--module-mode", "eval"), "correct")):
+        result = invoke(run_args(run_id, corpus, service_url, *extra))
+        assert result.exit_code == 0, result.output
+        assert verdicts(tmp_path / "runs" / run_id) == {"L3_19": want}
+        score = json.loads((tmp_path / "runs" / run_id / "score.json").read_text())
+        assert score["details"]["module_mode"] == [run_id]
+
+
 def test_model_solutions_without_a_solutions_file_fails_each_task_saying_why(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, service_url: str
 ) -> None:

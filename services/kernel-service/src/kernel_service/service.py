@@ -551,6 +551,7 @@ class KernelService(BenchmarkService):
                 **(
                     {"precision": opts.precision} if opts.precision != "fp32" else {}
                 ),  # fp32: earlier keys hold
+                **({"module_mode": opts.module_mode} if opts.module_mode != "train" else {}),
             }
             ref_key = RefTimingCache.key(
                 reference,

@@ -230,12 +230,14 @@ def build_model(
     device: torch.device,
     dtype: torch.dtype | None = None,
     on_cpu: bool = False,
+    module_mode: str = "train",
 ) -> torch.nn.Module:
     """Construct after seeding, on the device (``on_cpu``: on the CPU, then moved there, as upstream
     KernelBench does), so reference and solution get identical weights; with ``dtype`` (a precision other
     than fp32), its floating parameters and buffers cast to it after (the weights are drawn in fp32 and
     rounded, as upstream's ``model.to(dtype=precision)``). On the device, a model whose weights are made
-    where the device context does not reach draws them from the CPU's generator (:func:`drew_on_cpu`)."""
+    where the device context does not reach draws them from the CPU's generator (:func:`drew_on_cpu`).
+    ``module_mode`` "eval": the model's ``eval()`` is called last (``EvalOptions.module_mode``)."""
     seed_all(seed)
     with torch.device("cpu" if on_cpu else device):
         model = cls(*init_inputs)
@@ -243,6 +245,8 @@ def build_model(
         model = model.to(device)
         if dtype is not None:
             model = model.to(dtype)
+        if module_mode == "eval":
+            model.eval()
     return model
 
 

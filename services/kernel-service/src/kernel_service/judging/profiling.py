@@ -274,6 +274,7 @@ def replay(spec_path: str) -> None:
             spec["seed"],
             device,
             precision_dtype(spec["precision"]),
+            module_mode=spec.get("module_mode", "train"),
         )
 
     def on_device(v: Any) -> Any:

@@ -82,6 +82,12 @@ class EvalOptions(BoundedModel):
         description="dtype of both sides: floating inputs, init inputs and the models' floating parameters "
         "and buffers are cast to it (fp32: nothing is cast); default tolerance 1e-4 fp32, 1e-2 fp16/bf16",
     )
+    module_mode: Literal["train", "eval"] = Field(
+        default="train",
+        description="the mode both models are called in: 'train', as built (what upstream KernelBench runs: "
+        "BatchNorm normalizes by each batch's statistics, dropout is on); 'eval' calls each model's "
+        "``eval()`` after building it (CUDA-L1's judge does: BatchNorm by its running statistics)",
+    )
     profile: bool = Field(
         default=False,
         description="answer with a profile of one untimed call of each side (kernels, calls, times; ncu "

@@ -75,6 +75,7 @@ def evaluate(
         "correctness_trials": opts.correctness_trials,
         "tf32": _tf32_flags(opts.tf32),
         "precision": opts.precision,
+        "module_mode": opts.module_mode,
     }
     started = time.perf_counter()
     phases: dict[str, float] = {}
@@ -253,7 +254,7 @@ def _evaluate(
             role: {
                 "op": "load_model", "source": source, "name": "solution" if role == "candidate" else "reference",
                 "cls": cls, "init": init_inputs, "seed": opts.seed, "load_outcome": load_outcome.value,
-                "missing_outcome": load_outcome.value, "precision": opts.precision,
+                "missing_outcome": load_outcome.value, "precision": opts.precision, "module_mode": opts.module_mode,
                 "init_outcome": (Outcome.INITIALIZATION_FAILURE if role == "candidate" else Outcome.UNKNOWN_ERROR).value,
                 **({"prebuilt": job.prebuilt} if role == "candidate" and job.prebuilt else {}),
                 **({"failed_builds": job.failed_builds} if role == "candidate" and job.failed_builds else {}),

@@ -89,6 +89,7 @@ class KernelEvalResponse(StrictModel):
     atol: float | None = None
     rtol: float | None = None
     precision: Precision = Field(default="fp32", description="the dtype both sides ran at")
+    module_mode: Literal["train", "eval"] = Field(default="train", description="the mode both models ran in")
     tf32: dict[str, bool] | None = Field(
         default=None, description="TF32 in effect during the checks and timing: {'cudnn': ..., 'matmul': ...}"
     )

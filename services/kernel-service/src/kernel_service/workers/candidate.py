@@ -59,7 +59,7 @@ class Side:
         self.done: torch.cuda.Event | None = None
         self.hop: int | None = None  # under MPS: the judge's counters (``cuda_ipc.Hop``), mapped here
         self._hops: dict[str, int] = {}
-        self.loaded: dict[str, Any] = {}  # the model's source, class, init inputs, seed, precision
+        self.loaded: dict[str, Any] = {}  # the model's source, class, init inputs, seed, precision, mode
 
     def handle(self, msg: dict[str, Any]) -> dict[str, Any]:
         op = msg.get("op")
@@ -121,13 +121,16 @@ class Side:
             # a model loaded before (an own baseline's reference) is freed before this one is built
             self.fn = None
             on_cpu = bool(msg.get("on_cpu")) or self.device.type == "cpu"
-            self.fn = build_model(cls, init, msg["seed"], self.device, dtype, on_cpu)
+            module_mode = msg.get("module_mode", "train")
+            self.fn = build_model(cls, init, msg["seed"], self.device, dtype, on_cpu, module_mode)
             drew = not on_cpu and drew_on_cpu(msg["seed"])
             self._sync()
         except BaseException as exc:  # noqa: BLE001
             return _error(msg["init_outcome"], f"{msg['cls']}(...) raised", exc)
         self.loaded = {k: msg[k] for k in ("cls", "seed") if k in msg}  # what an ncu replay rebuilds
-        self.loaded.update(source=msg["source"], init=init, precision=msg.get("precision", "fp32"))
+        self.loaded.update(
+            source=msg["source"], init=init, precision=msg.get("precision", "fp32"), module_mode=module_mode
+        )
         return {"ok": True, "drew_on_cpu": drew}
 
     def op_load_fn(self, msg: dict[str, Any]) -> dict[str, Any]:
