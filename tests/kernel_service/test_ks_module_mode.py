@@ -4,6 +4,9 @@ or call ``self.eval()``: wrong against a reference in training mode, which norma
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -71,3 +74,19 @@ def test_a_mode_other_than_train_or_eval_is_refused_naming_the_field(client: htt
     r = client.post("/v1/evaluate", json={"reference": REF_BN, "solution": SOL_RUNNING_STATS,
                                           "options": {"module_mode": "inference"}})  # fmt: skip
     assert r.status_code == 422 and "module_mode" in r.text
+
+
+def test_cli_eval_takes_the_module_mode(tmp_path: Path) -> None:
+    """``kernel-service eval --module-mode eval``: the folded BatchNorm correct, and the text answer names
+    the mode."""
+    ref, sol = tmp_path / "ref.py", tmp_path / "sol.py"
+    ref.write_text(REF_BN)
+    sol.write_text(SOL_RUNNING_STATS)
+    exe = Path(sys.executable).parent / "kernel-service"
+    args = [str(exe), "eval", str(ref), str(sol), "--gpus", "none", "--perf-trials", "5", "--warmup", "1"]
+    done = subprocess.run(
+        [*args, "--module-mode", "eval"], capture_output=True, text=True, timeout=180, check=False
+    )
+    assert done.returncode == 0 and "models in eval mode" in done.stdout, done.stdout + done.stderr
+    as_built = subprocess.run(args, capture_output=True, text=True, timeout=180, check=False)
+    assert as_built.returncode == 1 and "outcome: incorrect" in as_built.stdout.lower(), as_built.stdout

@@ -271,7 +271,10 @@ def summary(r: KernelEvalResponse) -> str:
         lines.append(
             f"max abs error {r.max_abs_error:.3g}, max rel error {r.max_rel_error or 0:.3g} (atol={r.atol}, rtol={r.rtol})"
         )
-    lines.append(f"precision: {r.precision}")
+    lines.append(
+        f"precision: {r.precision}"
+        + (f"; models in {r.module_mode} mode" if r.module_mode != "train" else "")
+    )
     if r.message:
         lines.append(f"message: {r.message}")
     lines.append(f"hardware: {r.hardware}; torch {r.torch_version}; CUDA {r.cuda_version}; device {r.device}")
@@ -342,6 +345,13 @@ def profile_summary(r: KernelEvalResponse) -> str:
     "(default tolerance 1e-4 fp32, 1e-2 fp16/bf16)",
 )
 @click.option(
+    "--module-mode",
+    type=click.Choice(["train", "eval"]),
+    default="train",
+    show_default=True,
+    help="both models called as built (train: upstream KernelBench's) or after eval() (CUDA-L1's judge's)",
+)
+@click.option(
     "--profile",
     is_flag=True,
     help="add a profile of one untimed call of each side (advisory; decides nothing)",
@@ -363,6 +373,7 @@ def eval_cmd(
     tolerance: float | None,
     tf32: str,
     precision: str,
+    module_mode: str,
     profile: bool,
     timeout_s: float,
     no_perf: bool,
@@ -389,6 +400,7 @@ def eval_cmd(
             tolerance=tolerance,
             tf32=tf32,  # type: ignore[arg-type]
             precision=precision,  # type: ignore[arg-type]
+            module_mode=module_mode,  # type: ignore[arg-type]
             profile=profile,
             timeout_s=timeout_s,
             measure_performance=not no_perf,
