@@ -31,6 +31,8 @@ Device = Literal["auto", "cpu", "cuda"]
 #: The dtype both sides run at (upstream KernelBench's ``precision``): floating inputs, init inputs and
 #: the models' floating parameters and buffers are cast to it; fp32 casts nothing.
 Precision = Literal["fp32", "fp16", "bf16"]
+#: The mode both models are called in: as built (``train``, upstream KernelBench's) or after ``eval()``.
+ModuleMode = Literal["train", "eval"]
 #: Default atol = rtol per precision (upstream's: ``get_tolerance_for_precision``).
 PRECISION_TOLERANCE: dict[str, float] = {"fp32": 1e-4, "fp16": 1e-2, "bf16": 1e-2}
 
@@ -82,7 +84,7 @@ class EvalOptions(BoundedModel):
         description="dtype of both sides: floating inputs, init inputs and the models' floating parameters "
         "and buffers are cast to it (fp32: nothing is cast); default tolerance 1e-4 fp32, 1e-2 fp16/bf16",
     )
-    module_mode: Literal["train", "eval"] = Field(
+    module_mode: ModuleMode = Field(
         default="train",
         description="the mode both models are called in: 'train', as built (what upstream KernelBench runs: "
         "BatchNorm normalizes by each batch's statistics, dropout is on); 'eval' calls each model's "

@@ -17,7 +17,7 @@ from pydantic import Field, model_validator
 from benchmark_runner.schemas import EvalResultData, EvalStatus, StrictModel
 
 from ..judging.profile_schemas import EvalProfile
-from ..judging.schemas import Backend, EvalOptions, Outcome, Precision, TimingStats, reward_for
+from ..judging.schemas import Backend, EvalOptions, ModuleMode, Outcome, Precision, TimingStats, reward_for
 
 #: Longest dataset name or task id.
 MAX_NAME_CHARS = 500
@@ -89,7 +89,7 @@ class KernelEvalResponse(StrictModel):
     atol: float | None = None
     rtol: float | None = None
     precision: Precision = Field(default="fp32", description="the dtype both sides ran at")
-    module_mode: Literal["train", "eval"] = Field(default="train", description="the mode both models ran in")
+    module_mode: ModuleMode = Field(default="train", description="the mode both models ran in")
     tf32: dict[str, bool] | None = Field(
         default=None, description="TF32 in effect during the checks and timing: {'cudnn': ..., 'matmul': ...}"
     )
