@@ -107,6 +107,7 @@ def run_suite(url: str, out_dir: Path, timeout: float) -> dict[str, Any]:
                 "device": d.get("device"),
                 "n_inputs": d.get("n_correctness_inputs"),
                 "eval_s": d.get("duration_s"),
+                "startup_s": d.get("startup_s"),
                 "worker": d.get("worker_id"),
                 "pairs_s": [(d.get("timing_gate") or {}).get(k) for k in ("pair_start_s", "pair_time_s")],
                 "feedback": d.get("feedback", "") if ev.data.outcome != "correct" else "",
@@ -291,6 +292,11 @@ def main() -> int:
             "slowest": sorted(((r["eval_s"] or 0.0, r["op"]) for r in rows), reverse=True)[:10],
             # the last run's judge seconds of each op: the same op on one GPU and on two, side by side
             "eval_s_by_op": {r["op"]: round(r["eval_s"] or 0.0, 4) for r in rows},
+            # of which starting side processes (a candidate or reference process and its CUDA context)
+            "startup_s_total": sum(r["startup_s"] or 0.0 for r in rows),
+            "startup_s_by_op": {
+                r["op"]: round(r["startup_s"], 3) for r in rows if (r["startup_s"] or 0) >= 0.001
+            },
             # and what one of its process pairs took to start and to time (s): is a second GPU's cost there?
             "pair_start_time_s_by_op": {r["op"]: r["pairs_s"] for r in rows},
             "max_wall_s": args.max_wall,

@@ -75,6 +75,18 @@ def test_a_batch_gives_each_kernel_the_verdict_it_gets_alone() -> None:
     assert "output[1]" in batch[2]["feedback"]  # the judge read the second output from its own offset
 
 
+def test_only_the_first_kernel_of_a_batch_waits_for_side_processes_to_start() -> None:
+    """``startup_s``: the seconds an op's judging spent starting side processes. The kernels of a batch
+    share the candidate process (its answers kept, no reference process either after the first op)."""
+    ops = ["abs.default", "neg.default", "relu.default", "add.Tensor"]
+    evaluate_batch([ref(op) for op in ops])  # the reference's answers kept for the second batch
+    out = evaluate_batch([ref(op) for op in ops])["verdicts"]
+    assert [v["outcome"] for v in out] == ["correct"] * 4
+    first, *rest = (v["startup_s"] for v in out)
+    assert 0 < first <= out[0]["duration_s"] and rest == [0.0] * 3, [v["startup_s"] for v in out]
+    assert split_batch(287, 1) == [range(287)]  # the opinfo suite on one worker: one job, one start
+
+
 def test_a_kernel_that_sabotages_the_shared_process_cannot_fail_another(tmp_path: Path) -> None:
     """relu's kernel swaps torch.where's branches for every later kernel of its process; abs's kernel
     (which uses torch.where) fails there, so it is judged again in a process of its own, and passes."""

@@ -65,8 +65,10 @@ def _on(verdict: BackendBenchEvalResponse, worker_id: str) -> BackendBenchEvalRe
 
 
 #: Kernels one worker job judges at most: a batch is split into at least one job per worker, and into
-#: jobs of at most this many ops, so other runs get turns at a worker between them.
-MAX_OPS_PER_JOB = 256
+#: jobs of at most this many ops, so other runs get turns at a worker between them. Above the opinfo
+#: suite's 284-287 ops: each job starts its own candidate process (its CUDA context ~0.5 s on an H200),
+#: and at 256 the suite on one GPU was two jobs, one after the other (``startup_s`` of their first ops).
+MAX_OPS_PER_JOB = 384
 
 
 def split_batch(n: int, workers: int, max_per_job: int = MAX_OPS_PER_JOB) -> list[range]:

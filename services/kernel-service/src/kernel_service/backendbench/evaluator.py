@@ -240,6 +240,7 @@ def judge_prepared(
     sides.deadline(prep.req.options.timeout_s)
     sides.shared = False
     sides.reference_replaced = None
+    sides.startup_s = 0.0
     try:
         resp = _attempt(sides, prep, shared, ahead)
     except HarnessError as err:
@@ -260,6 +261,7 @@ def judge_prepared(
             prep.device, f"not profiled: the outcome is {resp.outcome} (only a correct kernel is profiled)"
         )
     resp.duration_s = prep.prep_s + time.perf_counter() - judging
+    resp.startup_s = sides.startup_s
     return resp
 
 

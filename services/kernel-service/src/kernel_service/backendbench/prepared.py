@@ -89,6 +89,8 @@ class Sides:
         self.shared = False
         #: why the reference process was replaced while judging the current op (None: it was not)
         self.reference_replaced: str | None = None
+        #: seconds spent starting side processes since the current op's judging began
+        self.startup_s = 0.0
         self.build_dir = usable_build_dir(run.workdir / "build", run.workdir)
 
     def alive(self, role: str) -> bool:
@@ -100,7 +102,10 @@ class Sides:
         once (each side's set-up, its CUDA context above all, takes ~0.3 s on the H100)."""
         if "candidate" in roles:
             self.loaded = 0
+        started = time.perf_counter()
         self.run.restart(roles, self.build_dir, self.setup)
+        if roles:
+            self.startup_s += time.perf_counter() - started
 
     @property
     def setup(self) -> dict[str, Any]:

@@ -192,6 +192,12 @@ class BackendBenchEvalResponse(StrictModel):
     tolerances: dict[str, list[float]] = Field(default_factory=dict, description="dtype -> [atol, rtol]")
     torch_version: str = ""
     duration_s: float = 0.0
+    startup_s: float = Field(
+        default=0.0,
+        description="of duration_s, the seconds spent starting side processes for this op (a candidate or "
+        "reference process forked and set up: its CUDA context on a GPU); in a batch, the ops after the "
+        "first share processes and mostly spend none",
+    )
     worker_id: str | None = Field(
         default=None,
         description="the service's worker that judged it (``eval-<gpu>-<n>``, ``eval-cpu-<n>``); None in-process",
