@@ -3,11 +3,25 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+import httpx
+from kernel_service.kernelbench.schemas import KernelEvalResponse
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
 #: Small trial counts keep each evaluation well under a second on CPU.
 FAST = {"correctness_trials": 3, "perf_trials": 5, "warmup": 1, "timeout_s": 60}
+
+
+def evaluate(client: httpx.Client, reference: str, solution: str, **options: Any) -> KernelEvalResponse:
+    """One ``POST /v1/evaluate`` with ``FAST`` trial counts and ``options``; its answer (HTTP 200 asserted)."""
+    body = {"reference": reference, "solution": solution, "options": {**FAST, **options}}
+    r = client.post("/v1/evaluate", json=body)
+    assert r.status_code == 200, r.text
+    return KernelEvalResponse.model_validate(r.json())
+
+
 MAX_BODY = 256 * 1024
 
 REF_ADD = """

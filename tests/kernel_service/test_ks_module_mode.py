@@ -7,11 +7,9 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import httpx
-from kernel_service.kernelbench.schemas import KernelEvalResponse
-from ks_sources import FAST
+from ks_sources import evaluate
 
 #: BatchNorm after a linear layer; its running statistics (0 and 1, fresh) differ from any batch's.
 REF_BN = """
@@ -50,22 +48,17 @@ class ModelNew(nn.Module):
 """
 
 
-def evaluate(client: httpx.Client, solution: str, **options: Any) -> KernelEvalResponse:
-    body = {"reference": REF_BN, "solution": solution, "options": {**FAST, **options}}
-    r = client.post("/v1/evaluate", json=body)
-    assert r.status_code == 200, r.text
-    return KernelEvalResponse.model_validate(r.json())
-
-
 def test_a_batchnorm_folded_to_running_statistics_is_judged_in_the_mode_asked(client: httpx.Client) -> None:
-    as_built = evaluate(client, SOL_RUNNING_STATS)
+    as_built = evaluate(client, REF_BN, SOL_RUNNING_STATS)
     assert as_built.outcome == "incorrect" and as_built.module_mode == "train", as_built.message
-    in_eval = evaluate(client, SOL_RUNNING_STATS, module_mode="eval")
+    in_eval = evaluate(client, REF_BN, SOL_RUNNING_STATS, module_mode="eval")
     assert in_eval.outcome == "correct" and in_eval.module_mode == "eval", in_eval.message
     # the reference itself runs in that mode: its own solution is correct either way
     for mode in ("train", "eval"):
         assert (
-            evaluate(client, REF_BN.replace("class Model(", "class ModelNew("), module_mode=mode).outcome
+            evaluate(
+                client, REF_BN, REF_BN.replace("class Model(", "class ModelNew("), module_mode=mode
+            ).outcome
             == "correct"
         )
 

@@ -16,17 +16,8 @@ from kernel_service.judging import profiling
 from kernel_service.judging.harness import build_model, cast_inputs, precision_dtype
 from kernel_service.judging.judging import Run
 from kernel_service.judging.schemas import EvalOptions, Outcome
-from kernel_service.kernelbench.schemas import KernelEvalResponse
 from kernel_service.result_cache import result_key
-from ks_sources import FAST
-
-
-def evaluate(client: httpx.Client, reference: str, solution: str, **options: Any) -> KernelEvalResponse:
-    body = {"reference": reference, "solution": solution, "options": {**FAST, **options}}
-    r = client.post("/v1/evaluate", json=body)
-    assert r.status_code == 200, r.text
-    return KernelEvalResponse.model_validate(r.json())
-
+from ks_sources import evaluate
 
 #: ``x @ W`` with W a parameter: correct only if the candidate's weights are the reference's, rounded
 #: the same way, and its inputs too.
