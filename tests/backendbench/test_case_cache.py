@@ -132,3 +132,49 @@ def test_answers_beyond_the_byte_budget_are_not_kept() -> None:
     assert tight.answers(("op",)) == {}  # over the budget: inputs kept, answer not
     cache.keep_answers(("op",), {0: answer})
     assert cache.answers(("op",)) == {0: answer} and cache.get(("op",)).nbytes > size  # type: ignore[union-attr]
+
+
+#: mm on inputs it accepts and on one whose shapes do not match: the op rejects that one every time
+MISMATCHED = (
+    "Operator: aten.mm.default\ncnt: 2, ((T([6, 3], f32), T([3, 5], f32)), {})\n"
+    "cnt: 1, ((T([6, 4], f32), T([3, 5], f32)), {})\n"
+)
+#: padding an input it accepts, and one it cannot allocate memory for (4 TiB): that may pass later
+UNALLOCATABLE = (
+    "Operator: aten.constant_pad_nd.default\ncnt: 1, ((T([3], f32), [1, 2]), {})\n"
+    "cnt: 1, ((T([2], f32), [0, 1099511627776]), {})\n"
+)
+
+
+def test_an_input_the_op_always_rejects_is_kept_and_one_it_may_accept_later_is_not(
+    forked: list[str],
+) -> None:
+    """A warm pass needs no reference process for an op that rejects some of its inputs (BackendBench's
+    grid_sampler_3d started one in every warm suite), while a rejection that says nothing lasting about
+    the input (memory ran out) is asked of the reference process again."""
+    from kernel_service.backendbench.traces import parse_upstream_trace
+
+    def body(op: str, trace: str) -> dict[str, object]:
+        return {
+            "dataset": "backendbench-torchbench", "op": op, "suite": "torchbench",
+            "source": reference_source(op),
+            "options": {"trace": parse_upstream_trace(trace), "measure_performance": False},  # untimed
+        }  # fmt: skip
+
+    mm, pad = body("mm", MISMATCHED), body("constant_pad_nd.default", UNALLOCATABLE)
+    with tempfile.TemporaryDirectory() as tmp:
+        judge = own_judge(Path(tmp))
+        runs = []
+        for _ in range(2):
+            forked.clear()
+            runs.append((evaluate_batch([mm], judge)["verdicts"], list(forked)))
+        (cold, cold_forks), (warm, warm_forks) = runs
+        forked.clear()
+        padded = [evaluate_batch([pad], judge)["verdicts"][0] for _ in range(2)]
+        pad_forks = list(forked)
+    for verdict in (*cold, *warm, *padded):
+        assert verdict["outcome"] == "correct", verdict["feedback"]
+    # the input the op rejects is no test, cold or warm
+    assert cold[0]["n_correctness_inputs"] == warm[0]["n_correctness_inputs"] == 1
+    assert cold_forks == ["reference", "candidate"] and warm_forks == ["candidate"], (cold_forks, warm_forks)
+    assert pad_forks.count("reference") == 2, pad_forks  # the input memory ran out on: asked again

@@ -10,7 +10,9 @@ side only ever gets its own copy, written into its arena, so no kernel can chang
 The op's own answers for those inputs (:class:`Answer`: outputs, inputs after the call, aliasing) are
 kept with them once the reference process gave them: they depend on nothing else (op, inputs, device and
 torch are all in the key), so the op judged again asks the reference process only for inputs it has not
-answered, and a warm suite's correctness pass runs the kernel alone.
+answered, and a warm suite's correctness pass runs the kernel alone. So are the inputs the op rejects
+(:class:`Rejection`), once the reference process that rejected them answered a known-good call: an op
+judged again (an RL loop's next attempt) starts no reference process for a trace that holds some.
 """
 
 from __future__ import annotations
@@ -27,8 +29,11 @@ import torch
 from .schemas import BackendBenchEvalRequest
 from .suites import Case
 
-#: Tensor bytes kept at most (least recently used ops go first).
-MAX_BYTES = 256 << 20
+#: Tensor bytes kept at most (least recently used ops go first). The opinfo suite's inputs take ~135 MB,
+#: 131 MB of them grid_sampler_3d's, and its answers as much again: at 256 MB most of that op's answers
+#: were not kept, so each warm suite started a reference process for it (0.65 s of a 10 s suite on an
+#: H200, 4.7 s of it on the CPU).
+MAX_BYTES = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,16 @@ class Answer:
     aliases: list[int | None]
 
 
+@dataclass(frozen=True)
+class Rejection:
+    """The op raised on this input, and would again (not out of memory, not a broken device): the input
+    is not a test of any kernel."""
+
+
+#: What is kept of one input: the op's answer, or that it rejects the input.
+Kept = Answer | Rejection
+
+
 @dataclass
 class Entry:
     correctness: list[Case]
@@ -48,8 +63,8 @@ class Entry:
     forbidden: set[str]
     nbytes: int
     device_nbytes: int
-    #: the op's answers, by the input's position in ``correctness + perf``
-    answers: dict[int, Answer] = field(default_factory=dict)
+    #: the op's answers (and rejections), by the input's position in ``correctness + perf``
+    answers: dict[int, Kept] = field(default_factory=dict)
 
 
 def key_of(req: BackendBenchEvalRequest, device: str, dtypes: list[str]) -> tuple[Any, ...]:
@@ -113,13 +128,13 @@ class CaseCache:
             self._items.move_to_end(key)
             self._evict(keep=key)
 
-    def answers(self, key: tuple[Any, ...]) -> dict[int, Answer] | None:
+    def answers(self, key: tuple[Any, ...]) -> dict[int, Kept] | None:
         """The op's kept answers for the inputs under ``key`` (None: those inputs are not kept)."""
         with self._lock:
             entry = self._items.get(key)
             return dict(entry.answers) if entry is not None else None
 
-    def keep_answers(self, key: tuple[Any, ...], answers: dict[int, Answer]) -> None:
+    def keep_answers(self, key: tuple[Any, ...], answers: dict[int, Kept]) -> None:
         """Keep ``answers`` (by input position) with the inputs under ``key``, within the byte budget."""
         nbytes, device_nbytes = _tensor_bytes(list(answers.values()))
         with self._lock:

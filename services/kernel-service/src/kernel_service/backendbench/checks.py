@@ -16,7 +16,7 @@ from ..judging.harness import HarnessError
 from ..judging.outputs import foreign, snapshot, unwrap
 from ..judging.schemas import Outcome
 from ..judging.transport import extent, layout_bytes
-from .case_cache import Answer
+from .case_cache import Answer, Kept, Rejection
 from .compare import compare, tolerance
 from .detect import packet_name
 from .prepared import Prepared, Sides, tensors_in, trim
@@ -175,7 +175,7 @@ def _answer(sides: Sides, prep: Prepared, case: Case, pos: int) -> Answer | None
     process's (then kept); None when the op rejects the input."""
     kept = prep.answers.get(pos) if prep.answers is not None else None
     if kept is not None:
-        return kept
+        return kept if isinstance(kept, Answer) else None
     run = sides.run
     sides.reference()
     try:
@@ -184,6 +184,8 @@ def _answer(sides: Sides, prep: Prepared, case: Case, pos: int) -> Answer | None
         )
     except HarnessError as err:
         if err.outcome == Outcome.UNKNOWN_ERROR and run.sides["reference"].alive:
+            if err.reply.get("lasting") is True:
+                prep.hold({pos: Rejection()})
             return None  # the op itself rejects this input (e.g. amax of an empty dim): not a test
         raise
     keep = prep.answers is not None
@@ -252,11 +254,11 @@ def input_groups(cases: list[Case]) -> list[list[Case]]:
 def _answers(sides: Sides, prep: Prepared, cases: list[Case], at: int) -> list[Answer | None] | None:
     """The op's answer for each of ``cases`` (inputs ``at``, ``at + 1``, ... of the request; None: the op
     rejects that input): kept ones where the group was answered before, else from the reference process
-    in one call (then kept, when every input was accepted). None when its call failed or its answer has
-    the wrong shape."""
+    in one call (then kept; held until the process is found sound where it rejected inputs, and not kept
+    where a rejection may not last). None when its call failed or its answer has the wrong shape."""
     kept = [prep.answers.get(at + i) for i in range(len(cases))] if prep.answers is not None else []
     if kept and all(a is not None for a in kept):
-        return kept
+        return [a if isinstance(a, Answer) else None for a in kept]
     run = sides.run
     sides.reference()
     sets = [(list(c.args), dict(c.kwargs)) for c in cases]
@@ -269,7 +271,8 @@ def _answers(sides: Sides, prep: Prepared, cases: list[Case], at: int) -> list[A
     ref_out = ref_call.out
     if not _pairs(ref_out, len(cases)):
         return None
-    keep = prep.answers is not None and all(ok for ok, _ in ref_out)
+    # a rejection lasts when the side says so (True: not out of memory, not a broken device)
+    keep = prep.answers is not None and all(ok or out is True for ok, out in ref_out)
     after = ref_call.inputs_kept() if keep else ref_call.inputs_after()
     answers: list[Answer | None] = [
         Answer(snapshot(out) if keep else unwrap(out), (list(after[i][0]), after[i][1]),
@@ -277,7 +280,8 @@ def _answers(sides: Sides, prep: Prepared, cases: list[Case], at: int) -> list[A
         for i, (ok, out) in enumerate(ref_out)
     ]  # fmt: skip
     if keep:
-        prep.keep({at + i: a for i, a in enumerate(answers) if a is not None})
+        found: dict[int, Kept] = {at + i: a if a is not None else Rejection() for i, a in enumerate(answers)}
+        (prep.keep if all(ok for ok, _ in ref_out) else prep.hold)(found)
     return answers
 
 

@@ -523,6 +523,7 @@ def _check_reference(sides: Sides, prep: Prepared, checked: Checked) -> None:
         return
     why = _reference_fault(sides, prep.device)
     if why is None:
+        prep.confirm()  # its rejections are the op's own: kept, no reference process needed for them again
         return
     sides.run.kill("reference")
     n = checked.rejected + len(checked.results)

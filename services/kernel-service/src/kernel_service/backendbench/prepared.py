@@ -10,14 +10,14 @@ import contextlib
 import time
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from ..judging.harness import usable_build_dir
 from ..judging.judging import Run
-from .case_cache import Answer, CaseCache
+from .case_cache import CaseCache, Kept
 from .schemas import BackendBenchEvalRequest, BackendBenchEvalResponse
 from .suites import Case
 
@@ -63,13 +63,26 @@ class Prepared:
     #: where the inputs are kept (``cache`` under ``key``), and the op's answers kept with them so far
     cache: CaseCache | None = None
     key: tuple[Any, ...] | None = None
-    answers: dict[int, Answer] | None = None
+    answers: dict[int, Kept] | None = None
+    #: answers heard beside rejections, kept once the reference process answers a known-good call
+    held: dict[int, Kept] = field(default_factory=dict)
 
-    def keep(self, answers: dict[int, Answer]) -> None:
+    def keep(self, answers: dict[int, Kept]) -> None:
         """Keep the op's ``answers`` (by input position; the judge's own copies) with its inputs."""
         if self.answers is not None and self.cache is not None and self.key is not None:
             self.answers.update(answers)
             self.cache.keep_answers(self.key, answers)
+
+    def hold(self, answers: dict[int, Kept]) -> None:
+        """Answers that include rejections: kept by :meth:`confirm` (a process whose CUDA context broke
+        rejects every input, and must not have that kept)."""
+        if self.answers is not None:
+            self.held.update(answers)
+
+    def confirm(self) -> None:
+        """The reference process answered a known-good call after rejecting inputs: keep what it said."""
+        held, self.held = self.held, {}
+        self.keep(held)
 
     @property
     def answered(self) -> bool:

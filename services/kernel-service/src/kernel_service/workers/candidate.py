@@ -279,6 +279,7 @@ class Side:
                 **_error("execution_failure", "forward raised", exc),
                 "called": called,
                 "exc": _short(exc),
+                "lasting": _lasting(exc),
             }
         self._keep.append(_Outputs(out))  # the judge reads this memory after we answer
         try:
@@ -350,15 +351,29 @@ def _each(fns: list[Any], sets: list[tuple[list[Any], dict[str, Any]]]) -> list[
     return [fn(*args, **kwargs) for fn, (args, kwargs) in zip(fns, sets, strict=True)]
 
 
+#: Failures that say nothing lasting about a call's input: memory ran out (GPU, host) or the device broke.
+_PASSING = (
+    "OutOfMemoryError", "out of memory", "can't allocate memory", "ALLOC_FAILED", "CUDA error", "AcceleratorError",
+)  # fmt: skip
+
+
+def _lasting(exc: BaseException) -> bool:
+    """Whether a call that raised ``exc`` would raise again on the same input (BackendBench: an op that
+    rejects an input rejects it every time; a call that ran out of memory may pass the next time)."""
+    text = f"{type(exc).__name__}: {exc}"
+    return not any(mark in text for mark in _PASSING)
+
+
 def _tried(fns: list[Any], sets: list[tuple[list[Any], dict[str, Any]]]) -> list[tuple[bool, Any]]:
-    """Each call as ``(True, output)``, or ``(False, None)`` when it raised (BackendBench: an op rejects
-    some inputs; the judge checks a kernel that raised again input by input, for its message)."""
+    """Each call as ``(True, output)``, or ``(False, lasting)`` when it raised (BackendBench: an op rejects
+    some inputs, and the judge keeps a lasting rejection with the op's answers; it checks a kernel that
+    raised again input by input, for its message)."""
     out: list[tuple[bool, Any]] = []
     for fn, (args, kwargs) in zip(fns, sets, strict=True):
         try:
             out.append((True, fn(*args, **kwargs)))
-        except Exception:  # noqa: BLE001 - the call's own failure is its answer
-            out.append((False, None))
+        except Exception as exc:  # noqa: BLE001 - the call's own failure is its answer
+            out.append((False, _lasting(exc)))
     return out
 
 
