@@ -34,8 +34,10 @@ def test_smoke_ops_against_themselves_read_one_and_are_timed_in_seconds() -> Non
         assert v["device"] == "cuda" and v["n_perf_inputs"] >= 1
         # performance inputs are drawn on the GPU for each of a reading's 128-256 calls (rebuilt on the
         # CPU, a smoke op's self-check took ~20 s warm); the batch's first op also starts the sides cold
-        # (21.2 s on 2x H200 at 24 readings a pair, ~5 s an op warm)
-        assert v["duration_s"] < 30, v["duration_s"]
+        # (21.2 s on 2x H200 at 24 readings a pair; on one H200 under MPS at 90f26d0, 34.0 s cold, and 33.2
+        # and 30.9 s warm at the default trials, where the suite bench's self-check at 20 took 8.7-15.3 s)
+        print("bb smoke", v["op"], round(v["duration_s"], 2), round(v["performance"], 4))
+        assert v["duration_s"] < 45, v["duration_s"]
         assert 0.9 < v["performance"] < 1.1, (v["op"], v["performance"], v.get("timing_gate"))
         # what one process pair cost, started and timed (the suite on two GPUs against one reads this)
         gate = v["timing_gate"]
