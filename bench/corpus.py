@@ -190,6 +190,8 @@ def _row(ev: EvalResult) -> dict[str, Any]:
         "family": family(outcome, message, max_abs, d.get("reference_constant") is True),
         "speedup": _num(d.get("speedup")) if outcome == "correct" else None,
         "timing_degraded": bool(d.get("timing_degraded")),
+        # the reference keeps state from call to call: the timed outputs were not checked
+        "reference_stateful": d.get("reference_stateful") is True,
         "reported_speedup": reported_speedup(ev),
         "max_abs_error": max_abs,
         "backend": d.get("backend"),

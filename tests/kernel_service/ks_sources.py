@@ -186,3 +186,44 @@ def own_solution(reference: str) -> str:
 
 def fixture(name: str) -> str:
     return (FIXTURES / name).read_text()
+
+
+#: A vanilla RNN cell that carries its hidden state across calls, as KernelBench's L3_33 and L3_34 do.
+REF_RNN = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, n, h):
+        super().__init__()
+        self.hidden = torch.randn(8, h)
+        self.i2h = nn.Linear(n + h, h)
+    def forward(self, x):
+        self.hidden = self.hidden.to(x.device)
+        self.hidden = torch.tanh(self.i2h(torch.cat((x, self.hidden), dim=1)))
+        return self.hidden
+
+def get_inputs():
+    return [torch.randn(8, 32)]
+
+def get_init_inputs():
+    return [32, 16]
+"""
+
+#: The same cell written as two matmuls into the state it keeps (CUDA-L1's L3_34 solution's fallback).
+SOL_RNN = """
+import torch
+import torch.nn as nn
+
+class ModelNew(nn.Module):
+    def __init__(self, n, h):
+        super().__init__()
+        self.hidden = torch.randn(8, h)
+        self.i2h = nn.Linear(n + h, h)
+        self.n = n
+    def forward(self, x):
+        self.hidden = self.hidden.to(x.device)
+        w = self.i2h.weight
+        self.hidden = torch.tanh(torch.addmm(self.i2h.bias, x, w[:, : self.n].t()) + self.hidden @ w[:, self.n :].t())
+        return self.hidden
+"""

@@ -14,6 +14,7 @@ import torch
 from kernel_service.kernelbench.schemas import KernelEvalResponse
 from kernel_service.kernelbench.speedup import SHORT_PAIRS
 from kernel_service.service import KernelService, KernelServiceConfig
+from ks_sources import REF_RNN, SOL_RNN
 
 from benchmark_runner.service.app import make_app
 from benchmark_runner.service.server import RunningServer, start_server
@@ -141,6 +142,19 @@ def test_weights_made_out_of_the_device_contexts_reach_equal_the_references(
     res = KernelEvalResponse.model_validate(answer.json())
     assert res.outcome == "correct", res.message
     assert res.speedup is not None
+
+
+def test_a_reference_that_keeps_state_is_judged_in_lock_step(gpu_server: RunningServer) -> None:
+    """A vanilla RNN that carries its hidden state (KernelBench L3_33, L3_34): its honest rewrite is correct,
+    though the GPU path replays the candidate's timed inputs on a reference whose calls before differ."""
+    answer = httpx.post(
+        f"{gpu_server.url}/v1/evaluate",
+        json={"reference": REF_RNN, "solution": SOL_RNN, "backend": "torch", "options": OPTS},
+        timeout=600,
+    )
+    res = KernelEvalResponse.model_validate(answer.json())
+    assert res.outcome == "correct", res.message
+    assert res.reference_stateful and res.speedup is not None
 
 
 REF_MATMUL = """

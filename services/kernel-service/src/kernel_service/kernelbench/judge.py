@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,7 @@ from ..judging.outputs import foreign, misplaced, snapshot, unwrap
 from ..judging.readings import own_baseline
 from ..judging.schemas import PRECISION_TOLERANCE, Outcome, excerpt, reward_for
 from ..judging.timing import under_mps
-from .speedup import Incorrect, time_sides
+from .speedup import Incorrect, output_differs, time_sides
 
 
 def evaluate(
@@ -206,6 +207,25 @@ class _Phases:
         self.phases[self.name] = self.phases.get(self.name, 0.0) + time.perf_counter() - self.t0
 
 
+def _keeps_state(
+    run: Run,
+    get_inputs: Callable[[int], list[Any]],
+    seed: int,
+    answer: Any,
+    atol: float | None,
+    rtol: float | None,
+) -> bool:
+    """Whether the reference answers ``seed``'s inputs again otherwise than ``answer`` (its answer in the
+    last correctness trial): it keeps state from call to call (KernelBench's RNNs carry their hidden
+    state), or draws randomness. A timed call's output cannot then be checked against the reference's
+    answer to the same inputs in a process of its own, whose calls before differ."""
+    assert atol is not None and rtol is not None
+    again = unwrap(run.call("reference", get_inputs(seed)).out)
+    differs = output_differs(answer, again, atol, rtol) is not None
+    run.release()
+    return differs
+
+
 def _evaluate(
     run: Run, job: Job, base: dict[str, Any], phases: dict[str, float], report: PhaseReporter, started: float
 ) -> dict[str, Any]:
@@ -268,11 +288,13 @@ def _evaluate(
     passed = 0
     max_abs = max_rel = 0.0
     prints: set[Any] = set()  # the reference's outputs' fingerprints, one per trial's fresh inputs
+    last: tuple[int, Any] | None = None  # the last trial's seed and the reference's answer to it
     common: dict[str, Any] = {**base}
     with phase("correctness"):
         for trial in range(opts.correctness_trials):
             where = f"correctness trial {trial + 1}/{opts.correctness_trials}"
-            inputs = get_inputs(fresh_seed())
+            seed = fresh_seed()
+            inputs = get_inputs(seed)
             try:
                 new_call = run.call("candidate", inputs)
             except HarnessError:
@@ -282,15 +304,18 @@ def _evaluate(
             new_out = snapshot(new_call.out)
             if why := foreign(new_out) or misplaced(new_call, device):
                 raise Incorrect(f"{where}: {why}")
-            ref_out = unwrap(run.call("reference", inputs).out)
+            ref_call = run.call("reference", inputs)
+            ref_out = unwrap(ref_call.out)
             if atol is None or rtol is None:  # upstream's by precision; 1e-2 for any fp16/bf16 output
                 tol = max(PRECISION_TOLERANCE[opts.precision], default_tolerance(flatten_outputs(ref_out)))
                 atol = tol if atol is None else atol
                 rtol = tol if rtol is None else rtol
             del inputs  # each side has its copy; a problem's inputs may take gigabytes
             prints.add(fingerprint(ref_out))
+            if trial == opts.correctness_trials - 1 and opts.measure_performance:
+                last = (seed, snapshot(ref_call.out))
             cmp = compare_outputs(ref_out, new_out, atol, rtol)
-            del ref_out, new_out, new_call
+            del ref_out, ref_call, new_out, new_call
             run.release()
             max_abs = max(max_abs, cmp.max_abs_error or 0.0)
             max_rel = max(max_rel, cmp.max_rel_error or 0.0)
@@ -300,10 +325,12 @@ def _evaluate(
                         "max_abs_error": cmp.max_abs_error, "max_rel_error": cmp.max_rel_error,
                         "atol": atol, "rtol": rtol}  # fmt: skip
             passed += 1
+        stateful = last is not None and _keeps_state(run, get_inputs, *last, atol, rtol)
     phases["worker_build"] += builds.written_during(phases["correctness"])
     common.update({"correctness_trials_passed": passed, "max_abs_error": max_abs if passed else None,
                    "max_rel_error": max_rel if passed else None, "atol": atol, "rtol": rtol,
-                   "reference_constant": passed > 1 and len(prints) == 1 and None not in prints})  # fmt: skip
+                   "reference_constant": passed > 1 and len(prints) == 1 and None not in prints,
+                   "reference_stateful": stateful})  # fmt: skip
     if opts.correctness_trials == 0:
         return {
             **common,
@@ -338,7 +365,8 @@ def _evaluate(
     with phase("timing"):
         mps = device.type == "cuda" and under_mps()
         own = mps and own_baseline(mps)
-        timing = time_sides(run, job, get_inputs, atol, rtol, started, own)
+        differs = None if stateful else partial(output_differs, atol=atol, rtol=rtol)
+        timing = time_sides(run, job, get_inputs, differs, started, own)
     # each fresh side imports the solution again: one that builds in every process builds here too
     phases["worker_build"] += builds.written_during(phases["timing"])
     if timing["mismatch"]:

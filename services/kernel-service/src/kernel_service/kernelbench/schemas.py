@@ -86,6 +86,13 @@ class KernelEvalResponse(StrictModel):
         "degenerate problem, e.g. a softmax over a dimension of size 1): returning that constant is correct, "
         "and the speedup says nothing about a kernel for the problem's work",
     )
+    reference_stateful: bool = Field(
+        default=False,
+        description="the reference answered the last correctness trial's inputs differently when called with "
+        "them again: it keeps state from call to call (an RNN's hidden state) or draws randomness. Its "
+        "answer then depends on the calls before, so only the correctness trials (both models called in "
+        "lock step, as upstream KernelBench judges) decide; the timed calls' outputs are not checked",
+    )
     atol: float | None = None
     rtol: float | None = None
     precision: Precision = Field(default="fp32", description="the dtype both sides ran at")

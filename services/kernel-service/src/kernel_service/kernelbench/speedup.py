@@ -69,6 +69,10 @@ INTERLEAVED_METHOD = (
 )
 
 
+#: Why a timed output (second) is not the reference's for the same inputs (first); None: it is.
+Differs = Callable[[Any, Any], str | None]
+
+
 class Incorrect(Exception):
     """An ``incorrect`` verdict found inside a phase (the timing here, ``judge.py``'s correctness trials)."""
 
@@ -77,23 +81,22 @@ def time_sides(
     run: Run,
     job: Job,
     get_inputs: Callable[[int], list[Any]],
-    atol: float,
-    rtol: float,
+    differs: Differs | None,
     started: float,
     own: bool = False,
 ) -> dict[str, Any]:
     """The timing phase: :func:`_time` in the job's pair of side processes or, under MPS, in fresh pairs
-    too (:func:`_pairs`). ``own``: the reference timed in the candidate's process first
-    (``OWN_BASELINE_ENV``)."""
-    return _pairs(run, job, partial(_time, run, job, get_inputs, atol, rtol, started), started, own)
+    too (:func:`_pairs`). ``differs``: why a timed output differs from the reference's for the same
+    inputs (None: it does not), or None where they are not checked (a reference that keeps state).
+    ``own``: the reference timed in the candidate's process first (``OWN_BASELINE_ENV``)."""
+    return _pairs(run, job, partial(_time, run, job, get_inputs, differs, started), started, own)
 
 
 def _time(
     run: Run,
     job: Job,
     get_inputs: Callable[[int], list[Any]],
-    atol: float,
-    rtol: float,
+    differs: Differs | None,
     started: float,
     own: bool = False,
 ) -> dict[str, Any]:
@@ -116,7 +119,7 @@ def _time(
     the candidate is read against those readings, taken in its own process before its code was there."""
     opts, device = job.options, run.device
     if device.type != "cuda" and job.cached_ref_timing is None and not own:
-        return _time_interleaved(run, job, get_inputs, atol, rtol, started)
+        return _time_interleaved(run, job, get_inputs, differs, started)
     base: GpuTimer | CpuTimer = run.judge.gpu_timer(device) if device.type == "cuda" else CpuTimer()
     gpu = isinstance(base, GpuTimer)
     if isinstance(base, GpuTimer):
@@ -256,7 +259,7 @@ def _time(
         timed = reading("reference", [seed for seed, _ in chunk])
         assert timed.ms is not None
         for out, (_, snap) in zip(timed.out, chunk, strict=True):
-            mismatch = mismatch or _mismatch(out, snap, atol, rtol)
+            mismatch = mismatch or (differs(out, snap) if differs else None)
         return timed
 
     if cached is None:
@@ -292,8 +295,8 @@ def _time(
             ref_copy.append(timed.copy_ms)
     else:
         for seed, snap in checked:
-            if mismatch is None:
-                mismatch = _mismatch(unwrap(run.call("reference", get_inputs(seed)).out), snap, atol, rtol)
+            if mismatch is None and differs is not None:
+                mismatch = differs(unwrap(run.call("reference", get_inputs(seed)).out), snap)
     # the reference's lone readings, with a cached reference timing too (the candidate's floor needs the
     # reference's ratio), each read against the level beside it as the candidate's are
     null_set = [(get_inputs(warm_seed), {})] if lone_checked else []
@@ -492,7 +495,7 @@ def _per_call(raw: list[tuple[float, int]], null_ms: float) -> list[float]:
 
 
 def _time_interleaved(
-    run: Run, job: Job, get_inputs: Callable[[int], list[Any]], atol: float, rtol: float, started: float
+    run: Run, job: Job, get_inputs: Callable[[int], list[Any]], differs: Differs | None, started: float
 ) -> dict[str, Any]:
     """CPU timing: each timed call of the candidate is followed by one of the reference on the same inputs,
     with the candidate and everything it started stopped meanwhile (SIGSTOP, by the zygote). A shared
@@ -537,7 +540,7 @@ def _time_interleaved(
         assert new.ms is not None and ref.ms is not None
         new_raw.append(new.ms)
         ref_raw.append(ref.ms)
-        if mismatch := _mismatch(ref.out, new.out, atol, rtol):
+        if differs is not None and (mismatch := differs(ref.out, new.out)):
             break
         if time.perf_counter() - started > budget and len(new_raw) >= MIN_TIMED_TRIALS:
             break
@@ -553,6 +556,7 @@ def _time_interleaved(
     }
 
 
-def _mismatch(ref: Any, snap: Any, atol: float, rtol: float) -> str | None:
+def output_differs(ref: Any, snap: Any, atol: float, rtol: float) -> str | None:
+    """Why ``snap`` (a candidate's output) is not ``ref`` within the tolerances (None: it is)."""
     cmp = compare_outputs(ref, snap, atol, rtol)
     return None if cmp.ok else cmp.message
