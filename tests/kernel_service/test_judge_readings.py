@@ -8,6 +8,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -527,7 +528,7 @@ def test_an_own_baseline_reads_the_candidate_against_the_reference_timed_in_its_
     replays every seed the candidate was timed on, so a candidate wrong only there is caught."""
     from kernel_service.judging.harness import Job
     from kernel_service.judging.schemas import EvalOptions
-    from kernel_service.kernelbench.speedup import _time
+    from kernel_service.kernelbench.speedup import _time, output_differs
 
     run = paired
     reference = run.spawn["load"]["reference"]
@@ -561,7 +562,8 @@ def test_an_own_baseline_reads_the_candidate_against_the_reference_timed_in_its_
     def get_inputs(seed: int) -> list[Any]:
         return [torch.randn(64, generator=torch.Generator().manual_seed(seed))]
 
-    got = _time(run, job, get_inputs, 1e-5, 1e-5, time.perf_counter(), own=True)
+    differs = partial(output_differs, atol=1e-5, rtol=1e-5)
+    got = _time(run, job, get_inputs, differs, time.perf_counter(), own=True)
     load = asked.index(("candidate", "load", None))
     before = [ms for role, what, ms in asked[:load] if role == "candidate" and ms is not None]
     after = [role for role, what, _ in asked[load:] if what == "call"]

