@@ -31,6 +31,8 @@ from .records import outcomes_from_evaluations, reported_speedup
 
 #: Marks the speedup of a task whose reference returned a constant (a degenerate problem).
 CONSTANT_MARK = "&dagger;"
+#: Marks the speedup of a task whose reference keeps state across calls (its timed outputs unchecked).
+STATEFUL_MARK = "&Dagger;"
 #: Inline at most this many characters of a kernel or feedback file (the link has the rest).
 INLINE_CHARS = 20_000
 OUTCOME_COLORS: dict[str, str] = {
@@ -65,12 +67,16 @@ class RunData:
     files: dict[str, TaskFiles]
 
 
-def _speedup_cell(speedup: float | None, constant: bool) -> str:
-    """A task's speedup; marked where its reference's output was constant (``reference_constant``)."""
-    if not constant:
-        return f"<td class=num>{_fmt(speedup)}</td>"
-    why = "the reference returned one output for every input: a constant was correct"
-    return f'<td class="num constant" title="{why}">{_fmt(speedup)} {CONSTANT_MARK}</td>'
+def _speedup_cell(speedup: float | None, details: dict[str, Any]) -> str:
+    """A task's speedup; marked where its reference's output was constant (``reference_constant``) or
+    depended on the calls before (``reference_stateful``)."""
+    if details.get("reference_constant") is True:
+        why = "the reference returned one output for every input: a constant was correct"
+        return f'<td class="num constant" title="{why}">{_fmt(speedup)} {CONSTANT_MARK}</td>'
+    if details.get("reference_stateful") is True:
+        why = "the reference keeps state across calls: only the lock-step correctness trials checked outputs"
+        return f'<td class="num stateful" title="{why}">{_fmt(speedup)} {STATEFUL_MARK}</td>'
+    return f"<td class=num>{_fmt(speedup)}</td>"
 
 
 # ---- reading a run --------------------------------------------------------------------------------
@@ -389,17 +395,24 @@ def render(run: RunData, out_dir: Path, price_in: float | None = None, price_out
             f'<tr class="task" data-task="{html.escape(r.task_id)}" data-outcome="{html.escape(r.outcome or "")}">'
             f"<td>{html.escape(r.task_id)}</td><td class=num>{_fmt(r.level)}</td>"
             f'<td class="o-{html.escape(r.outcome or "")}">{html.escape(r.outcome or "")}</td>'
-            + _speedup_cell(r.speedup, e.data.details.get("reference_constant") is True)
+            + _speedup_cell(r.speedup, e.data.details)
             + (f'<td class="num reported">{_fmt(claimed)}</td>' if show_reported else "")
             + f"<td class=num>{_fmt(r.reward)}</td>"
             f"<td class=num>{len(gen.turns) if gen else ''}</td>"
             f"<td>{''.join(kernel_links)}</td><td>{''.join(feedback)}</td></tr>"
         )
     constant = sum(e.data.details.get("reference_constant") is True for e in run.evaluations)
+    stateful = sum(e.data.details.get("reference_stateful") is True for e in run.evaluations)
     degenerate = (
         f"<p>{constant} task(s) marked {CONSTANT_MARK}: the reference returned one output for every input "
         "(a degenerate problem), so a constant was correct and its speedup says nothing about a kernel.</p>"
         if constant
+        else ""
+    ) + (
+        f"<p>{stateful} task(s) marked {STATEFUL_MARK}: the reference keeps state from call to call (an RNN's "
+        "hidden state), so only the correctness trials, both models called in lock step, checked outputs; "
+        "the timed calls' outputs were not.</p>"
+        if stateful
         else ""
     )
     title = f"KernelBench run {run.run_dir.name}: {model}"

@@ -198,6 +198,29 @@ class ModelNew(nn.Module):
 """
 
 
+#: A cell that carries its state across calls (KernelBench's vanilla RNNs), and the same cell as its solution.
+REF_STATEFUL = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.hidden = torch.randn(4, 8)
+        self.fc = nn.Linear(16, 8)
+    def forward(self, x):
+        self.hidden = torch.tanh(self.fc(torch.cat((x, self.hidden.to(x.device)), dim=1)))
+        return self.hidden
+
+def get_inputs():
+    return [torch.randn(4, 8)]
+
+def get_init_inputs():
+    return []
+"""
+STATEFUL = REF_STATEFUL.replace("class Model(", "class ModelNew(")
+
+
 def test_cuda_l1_json_lines_keep_their_fields_and_the_report_shows_the_reported_speedup(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, service_url: str
 ) -> None:
@@ -219,13 +242,20 @@ def test_cuda_l1_json_lines_keep_their_fields_and_the_report_shows_the_reported_
             "cudnn_code": ADD,
         },
         {"level_id": 2, "task_id": 66, "ref_code": REF_CONSTANT, "custom_code": ONES, "score_default": 1.0},
+        {
+            "level_id": 3,
+            "task_id": 34,
+            "ref_code": REF_STATEFUL,
+            "custom_code": STATEFUL,
+            "score_default": 1.6,
+        },
     ]
     corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
     args = run_args("lines", corpus, service_url)
     result = invoke(args)
     assert result.exit_code == 0, result.output
     run_dir = tmp_path / "runs" / "lines"
-    assert verdicts(run_dir) == {"L1_1": "correct", "L2_5": "correct", "L2_66": "correct"}
+    assert verdicts(run_dir) == {"L1_1": "correct", "L2_5": "correct", "L2_66": "correct", "L3_34": "correct"}
     task = json.loads((run_dir / "tasks.jsonl").read_text().splitlines()[1])
     assert task["solution"]["fields"] == {"score_default": 3.25, "cudnn_code": ADD}  # all kept on the task
     assert task["solution"]["source"] == "h100.json:4" and task["reference_code"] == REF_RELU
@@ -234,10 +264,10 @@ def test_cuda_l1_json_lines_keep_their_fields_and_the_report_shows_the_reported_
     (relu,) = [e for e in evaluations if e["task_id"] == "L2_5"]
     assert relu["data"]["details"]["solution"]["fields"] == {"score_default": 3.25}  # numbers only
     reported = {t["task_id"]: t["details"].get("reported_speedup") for t in score["per_task"]}
-    assert reported == {"L1_1": 1.5, "L2_5": 3.25, "L2_66": 1.0}
-    assert set(score["groups"]) == {"level1", "level2"}
+    assert reported == {"L1_1": 1.5, "L2_5": 3.25, "L2_66": 1.0, "L3_34": 1.6}
+    assert set(score["groups"]) == {"level1", "level2", "level3"}
 
-    assert_resumes_without_judging(args, run_dir, 3)
+    assert_resumes_without_judging(args, run_dir, 4)
     rescored = invoke(["score", "--run-id", "lines", "--service-url", service_url])  # stored tasks read back
     assert rescored.exit_code == 0, rescored.output
 
@@ -247,6 +277,8 @@ def test_cuda_l1_json_lines_keep_their_fields_and_the_report_shows_the_reported_
     assert "reported speedup</th>" in html and '<td class="num reported">3.250</td>' in html
     # a degenerate problem (its reference's output is constant) is marked, the others are not
     assert html.count('class="num constant"') == 1 and "1 task(s) marked &dagger;" in html
+    # and a reference that keeps state across calls (only the lock-step trials checked its outputs)
+    assert html.count('class="num stateful"') == 1 and "1 task(s) marked &Dagger;" in html
 
 
 #: BatchNorm over a linear layer, and a solution normalizing by the running statistics (CUDA-L1's folds).
