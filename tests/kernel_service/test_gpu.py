@@ -54,6 +54,22 @@ def _submit_all(url: str, subs: list[tuple[str, str, dict]]) -> list[KernelEvalR
     return asyncio.run(run())
 
 
+def _evaluate(url: str, reference: str, solution: str, **options: object) -> KernelEvalResponse:
+    """One PyTorch submission, judged alone with ``OPTS`` (``options`` override them)."""
+    r = httpx.post(
+        f"{url}/v1/evaluate",
+        json={
+            "reference": reference,
+            "solution": solution,
+            "backend": "torch",
+            "options": {**OPTS, **options},
+        },
+        timeout=900,
+    )
+    assert r.status_code == 200, r.text
+    return KernelEvalResponse.model_validate(r.json())
+
+
 def test_gpu_kernels_outcomes_and_recovery(gpu_server: RunningServer) -> None:
     # Submitted together: the six CUDA builds run in parallel on the CPU compile pool.
     ok, tri, wrong, oob, hang, guarded, tmpdir = _submit_all(
@@ -134,12 +150,7 @@ class ModelNew(nn.Module):
 def test_weights_made_out_of_the_device_contexts_reach_equal_the_references(
     gpu_server: RunningServer,
 ) -> None:
-    answer = httpx.post(
-        f"{gpu_server.url}/v1/evaluate",
-        json={"reference": REF_LINEAR, "solution": SOL_LEGACY_WEIGHTS, "backend": "torch", "options": OPTS},
-        timeout=600,
-    )
-    res = KernelEvalResponse.model_validate(answer.json())
+    res = _evaluate(gpu_server.url, REF_LINEAR, SOL_LEGACY_WEIGHTS)
     assert res.outcome == "correct", res.message
     assert res.speedup is not None
 
@@ -147,12 +158,7 @@ def test_weights_made_out_of_the_device_contexts_reach_equal_the_references(
 def test_a_reference_that_keeps_state_is_judged_in_lock_step(gpu_server: RunningServer) -> None:
     """A vanilla RNN that carries its hidden state (KernelBench L3_33, L3_34): its honest rewrite is correct,
     though the GPU path replays the candidate's timed inputs on a reference whose calls before differ."""
-    answer = httpx.post(
-        f"{gpu_server.url}/v1/evaluate",
-        json={"reference": REF_RNN, "solution": SOL_RNN, "backend": "torch", "options": OPTS},
-        timeout=600,
-    )
-    res = KernelEvalResponse.model_validate(answer.json())
+    res = _evaluate(gpu_server.url, REF_RNN, SOL_RNN)
     assert res.outcome == "correct", res.message
     assert res.reference_stateful and res.speedup is not None
 
@@ -179,17 +185,7 @@ def test_timing_cheats_against_the_judge_gain_nothing(gpu_server: RunningServer)
     wait patched out): incorrect, or correct with no gain; an honest copy of the reference reads ~1x."""
     subs = [(REF_MATMUL, (CASES / f"{c}.py").read_text()) for c in ("side_stream", "skip_go_wait")]
     subs.append((REF_MATMUL, REF_MATMUL + "\nModelNew = Model\n"))
-
-    async def run() -> list[KernelEvalResponse]:
-        async with httpx.AsyncClient(base_url=gpu_server.url, timeout=900) as ac:
-            out = []
-            for ref, sol in subs:
-                r = await ac.post("/v1/evaluate", json={"reference": ref, "solution": sol, "options": OPTS})
-                assert r.status_code == 200, r.text
-                out.append(KernelEvalResponse.model_validate(r.json()))
-            return out
-
-    side, early, honest = asyncio.run(run())
+    side, early, honest = (_evaluate(gpu_server.url, ref, sol) for ref, sol in subs)
     for res in (side, early):
         assert res.outcome != "correct" or (res.speedup or 0) <= 1.1, (res.outcome, res.speedup, res.message)
     assert honest.outcome == "correct", f"{honest.message}\n{honest.traceback}\n{honest.output}"
@@ -202,12 +198,10 @@ def test_a_steady_kernel_is_timed_until_its_median_is_precise(gpu_server: Runnin
     takes every trial."""
     ref = REF_MATMUL.replace("2048", "4096")
     honest = ref + "\nModelNew = Model\n"
-    answers = []
-    with httpx.Client(base_url=gpu_server.url, timeout=900) as c:
-        for precision in (0.0025, 0.0):
-            opts = {**OPTS, "perf_trials": 100, "perf_precision": precision}
-            r = c.post("/v1/evaluate", json={"reference": ref, "solution": honest, "options": opts})
-            answers.append(KernelEvalResponse.model_validate(r.json()))
+    answers = [
+        _evaluate(gpu_server.url, ref, honest, perf_trials=100, perf_precision=precision)
+        for precision in (0.0025, 0.0)
+    ]
     adaptive, full = answers
     for res in answers:
         assert res.outcome == "correct", res.message
@@ -243,11 +237,7 @@ def test_large_inputs_reach_each_side_before_its_untimed_calls(gpu_server: Runni
     call (correctness trials) must wait for it, or a side computes on the previous trial's inputs (seen on
     the H100 at level 1: the reference against itself failed from the second trial on)."""
     solution = BIG_REF.replace("class Model(", "class ModelNew(")
-    with httpx.Client(base_url=gpu_server.url, timeout=900) as c:
-        r = c.post("/v1/evaluate", json={"reference": BIG_REF, "solution": solution,
-                                         "options": {**OPTS, "perf_trials": 10}})  # fmt: skip
-    assert r.status_code == 200, r.text
-    res = KernelEvalResponse.model_validate(r.json())
+    res = _evaluate(gpu_server.url, BIG_REF, solution, perf_trials=10)
     assert res.outcome == "correct", res.message
     assert res.correctness_trials_passed == OPTS["correctness_trials"]
     # Its timed outputs are sampled inside the gate: that must not wait for the stream (it did, and every
@@ -327,12 +317,7 @@ def test_short_calls_are_timed_several_per_reading_and_each_output_is_checked(
     same for both sides: the reference against itself reads ~1x. A kernel that answers a reading's later
     calls with its first output is incorrect: every call of a reading is checked."""
     honest_sol = SHORT_REF + "\nModelNew = Model\n"
-    with httpx.Client(base_url=gpu_server.url, timeout=900) as c:
-        answers = [
-            c.post("/v1/evaluate", json={"reference": SHORT_REF, "solution": sol, "options": OPTS})
-            for sol in (honest_sol, STALE_WITHIN_READING)
-        ]
-    honest, stale = (KernelEvalResponse.model_validate(a.json()) for a in answers)
+    honest, stale = (_evaluate(gpu_server.url, SHORT_REF, sol) for sol in (honest_sol, STALE_WITHIN_READING))
     assert honest.outcome == "correct", honest.message
     assert honest.timing_gate is not None
     if not gpu_service.mps_running:
