@@ -1,9 +1,9 @@
 """bench/_budget.py: a budgeted run is stopped, checkpointing, at its budget and when its bench script is
-terminated (a device step's ``timeout``); neither leaves the run going on without it. Real processes."""
+terminated (a device step's ``timeout``) or killed (a device call's limit); none leaves the run going on
+without it. Real processes."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -57,11 +57,12 @@ def _wait_for(path: Path, timeout_s: float = 30.0) -> None:
 
 
 def _alive(pid: int) -> bool:
+    """Running: a zombie (exited, not yet reaped by whoever adopted it) is not."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
         return False
-    return True
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def test_a_run_is_stopped_and_checkpoints_at_its_budget(tmp_path: Path) -> None:
@@ -80,3 +81,16 @@ def test_a_terminated_script_stops_its_run_instead_of_leaving_it_going(tmp_path:
     assert (tmp_path / "marker").read_text() == "checkpointed"
     assert (tmp_path / "result").read_text().startswith("None ")
     assert not _alive(run_pid)
+
+
+def test_a_killed_script_stops_its_run_too(tmp_path: Path) -> None:
+    script = _script(tmp_path, budget_s=600)
+    _wait_for(tmp_path / "started")
+    run_pid = int((tmp_path / "started").read_text())
+    script.kill()
+    script.wait(timeout=30)
+    _wait_for(tmp_path / "marker")  # the run was interrupted, and checkpointed
+    deadline = time.monotonic() + 30
+    while _alive(run_pid):
+        assert time.monotonic() < deadline, "the run outlived its killed bench script"
+        time.sleep(0.05)
