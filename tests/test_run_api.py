@@ -252,6 +252,60 @@ def test_errors_are_typed_and_carry_the_cli_exit_code(
         score(ArithmeticRunner, run_id="y", output_dir=tmp_path)
 
 
+class CountingServiceRunner(ArithmeticRunner):
+    """Counts the starts of its embedded service."""
+
+    NAME = "counting"
+    STARTS: ClassVar[list[int]] = []
+
+    @classmethod
+    def embedded_service(cls) -> BenchmarkService | None:
+        cls.STARTS.append(1)
+        return super().embedded_service()
+
+
+_HOLD_LOCK = """
+import sys, time
+from pathlib import Path
+from benchmark_runner.artifacts import RunArtifacts
+with RunArtifacts(Path(sys.argv[1])):
+    print("held", flush=True)
+    time.sleep(60)
+"""
+
+
+def test_a_run_held_by_another_process_is_refused_before_its_service_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second ``run`` (or ``evaluate``) of a run another process is writing fails at once: on a GPU host
+    the embedded service would start a worker on every GPU only to be given back (seen: 17 s)."""
+    monkeypatch.delenv("BENCHMARK_SERVICE_URL", raising=False)
+    kw: dict[str, Any] = {
+        "model": "oracle",
+        "output_dir": tmp_path,
+        "quiet": True,
+        "run_id": "held",
+        "limit": 1,
+    }
+    run(ArithmeticRunner, **kw)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_LOCK, str(tmp_path / "held")], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        CountingServiceRunner.STARTS.clear()
+        with pytest.raises(RunRefusedError, match=f"in use by pid {holder.pid}"):
+            run(CountingServiceRunner, **{**kw, "run_id": "held"})
+        with pytest.raises(RunRefusedError, match=f"in use by pid {holder.pid}"):
+            evaluate(CountingServiceRunner, run_id="held", output_dir=tmp_path, quiet=True)
+        assert CountingServiceRunner.STARTS == []
+    finally:
+        holder.kill()
+        holder.wait()
+    # released with its holder: the run resumes
+    assert run(ArithmeticRunner, **kw).resumed == 1
+
+
 def test_run_blocks_even_under_a_running_event_loop(tmp_path: Path) -> None:
     """A notebook cell runs inside an event loop: the blocking call still works (on a thread of its
     own), and the async twin works on the caller's loop."""

@@ -261,15 +261,29 @@ class RunArtifacts:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / LOGS_DIR).mkdir(exist_ok=True)
         fd = os.open(self.run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        self._take_lock(fd)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self._lock_fd = fd
+
+    def check_free(self) -> None:
+        """Raise :class:`RunLockedError` if another process holds the run, creating nothing: a caller fails
+        here before its costly set-up (a service started on every GPU), not after it. The lock itself is
+        taken by :meth:`create`."""
+        try:
+            fd = os.open(self.run_dir / LOCK_FILE, os.O_RDONLY)
+        except FileNotFoundError:
+            return
+        self._take_lock(fd)
+        os.close(fd)  # releases it
+
+    def _take_lock(self, fd: int) -> None:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
             os.close(fd)
             raise RunLockedError(f"run {self.run_id!r} in {self.run_dir} is in use by pid {holder}") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
-        self._lock_fd = fd
 
     def delete(self) -> None:
         """Remove the whole run directory (``--overwrite``)."""

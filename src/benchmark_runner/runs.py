@@ -433,6 +433,7 @@ async def execute_run(
     required = needs_service(adapter_cls, args.dataset_name)
 
     with run_errors():
+        RunArtifacts(args.output_dir / run_id).check_free()
         async with runner_session(
             adapter_cls, args.service_url, required, args.dataset_name, args.options, run_id, quiet
         ) as runner:
@@ -534,6 +535,7 @@ async def execute_evaluate(
     options = stored_options(adapter_cls, config)
 
     with run_errors():
+        artifacts.check_free()
         async with runner_session(
             adapter_cls, service_url, required, dataset_name, options, run_id, quiet
         ) as runner:
